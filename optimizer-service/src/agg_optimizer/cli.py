@@ -1,0 +1,137 @@
+"""`agg-optimizer`: solve, compare, schema, example.
+
+Errors in the input end the program with status 2 and one line naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from .documents import Instance, Placement
+from .engine import STRATEGIES, solve
+from .examples import example_instance
+from .validation import InstanceError, describe_validation_error
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Place in-network aggregation for training jobs from INT telemetry.",
+)
+console = Console()
+
+
+class UserError(Exception):
+    """A problem with what the user gave us; printed as one line."""
+
+
+def _load(path: Path) -> Instance:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return Instance.model_validate_json(text)
+    except ValidationError as e:
+        raise UserError(f"{path}: {describe_validation_error(e)}") from None
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text + "\n")
+    else:
+        out.write_text(text + "\n")
+
+
+@app.command("solve")
+def solve_cmd(
+    instance: Path,
+    strategy: Annotated[str, typer.Option(help=f"One of: {', '.join(STRATEGIES)}")] = "agg",
+    output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+    seed: int = 0,
+) -> None:
+    """Place aggregation for every job of INSTANCE.json and print the placement document."""
+    placement = solve(_load(instance), strategy, seed=seed)
+    _write(placement.model_dump_json(indent=2), output)
+
+
+def comparison_table(instance: Instance, seed: int = 0) -> Table:
+    results = {name: solve(instance, name, seed=seed) for name in STRATEGIES}
+    ps = results["ps"].mean_predicted_cct_s
+    table = Table(title=f"{len(instance.jobs)} jobs: predicted CCT by strategy")
+    for col in ("strategy", "mean CCT (s)", "vs PS", "objective (s)", "aggregators", "time (ms)"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for name, p in sorted(results.items(), key=lambda kv: kv[1].mean_predicted_cct_s):
+        n_aggs = sum(len(j.aggregators) for j in p.jobs)
+        table.add_row(
+            name,
+            f"{p.mean_predicted_cct_s:.3f}",
+            f"{(p.mean_predicted_cct_s / ps - 1) * 100:+.1f}%" if ps else "n/a",
+            f"{p.objective_s:.3f}",
+            str(n_aggs),
+            f"{p.stats.total_s * 1000:.1f}",
+        )
+    return table
+
+
+@app.command()
+def compare(instance: Path, seed: int = 0) -> None:
+    """Table of every strategy's predicted CCT on INSTANCE.json."""
+    console.print(comparison_table(_load(instance), seed))
+
+
+@app.command()
+def schema(document: Annotated[str, typer.Argument(help="instance or placement")]) -> None:
+    """Print the JSON Schema of a document."""
+    models = {"instance": Instance, "placement": Placement}
+    if document not in models:
+        raise UserError(f"document: unknown {document!r}; one of instance, placement")
+    print(json.dumps(models[document].model_json_schema(), indent=2))
+
+
+@app.command()
+def example(
+    fat_tree: Annotated[int, typer.Option("--fat-tree", help="Fat-tree arity k (even).")] = 4,
+    jobs: Annotated[int, typer.Option(help="Number of jobs.")] = 4,
+    seed: int = 0,
+    min_workers: int = 4,
+    max_workers: int = 12,
+    slots: Annotated[int, typer.Option(help="Aggregator slots per switch.")] = 512,
+    output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+) -> None:
+    """Write a random instance: fat-tree, uneven INT telemetry, jobs spread over racks."""
+    if jobs < 1:
+        raise UserError("jobs: must be >= 1")
+    if not 1 <= min_workers <= max_workers:
+        raise UserError("min_workers: must be >= 1 and <= max_workers")
+    inst = example_instance(fat_tree, jobs, seed, slots=slots, workers=(min_workers, max_workers))
+    _write(inst.model_dump_json(indent=1, exclude_defaults=False), output)
+
+
+@app.command()
+def demo(seed: int = 0) -> None:
+    """Make an example instance (k=4 fat-tree, 6 jobs), solve it with every strategy."""
+    inst = example_instance(4, 6, seed, slots=256)
+    console.print(comparison_table(inst, seed))
+    p = solve(inst, "agg")
+    s = p.stats
+    console.print(
+        f"AGG: {s.iterations} LP solve(s), {s.columns} columns x {s.rows} rows, "
+        f"build {s.build_s * 1e3:.1f} ms, solve {s.solve_s * 1e3:.1f} ms, "
+        f"largest distance from an integer {s.max_integrality_gap:.1e}"
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except (UserError, InstanceError, ValueError) as e:
+        print(f"agg-optimizer: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,92 @@
+"""What every strategy sees: the validated instance, the compiled network, the routing trees,
+and a ledger of aggregator slots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .documents import Instance, Job
+from .forest import Forest, build_forest
+from .network import JobTree, Network, build_tree, build_trees, evaluate
+
+
+@dataclass
+class Context:
+    instance: Instance
+    seed: int = 0
+    net: Network = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.net = Network.from_instance(self.instance)
+
+    @property
+    def jobs(self) -> list[Job]:
+        return self.instance.jobs
+
+    @cached_property
+    def int_routes(self) -> tuple[list[str], np.ndarray]:
+        """PS switches and, per PS switch, every switch's next hop on INT weights."""
+        roots = sorted({self.net.attach[j.ps] for j in self.jobs})
+        pred = self.net.next_hops(roots, int_aware=True) if roots else {}
+        return roots, np.array([pred[r] for r in roots])
+
+    @cached_property
+    def int_trees(self) -> dict[str, JobTree]:
+        """Reduction trees routed on INT weights (AGG, greedy, GRID, MILP)."""
+        roots, pred = self.int_routes
+        row = {r: i for i, r in enumerate(roots)}
+        return {j.id: build_tree(self.net, j, pred[row[self.net.attach[j.ps]]]) for j in self.jobs}
+
+    @cached_property
+    def forest(self) -> Forest:
+        """The INT trees of all jobs as flat arrays (what AGG solves on)."""
+        roots, pred = self.int_routes
+        return build_forest(self.net, self.jobs, roots, pred)
+
+    @cached_property
+    def job_weights(self) -> np.ndarray:
+        return np.array([j.weight for j in self.jobs])
+
+    @cached_property
+    def ecmp_trees(self) -> dict[str, JobTree]:
+        """Hop-count trees with one ECMP choice per job: what a fabric routes without INT."""
+        return build_trees(self.net, self.jobs)
+
+    def cap(self, job: Job, tree: JobTree) -> int:
+        return job.max_aggregators if job.max_aggregators is not None else len(tree.order)
+
+    def ledger(self) -> SlotLedger:
+        return SlotLedger(self.net.slots.copy(), self.net.index, self.net.programmable)
+
+    def weighted_cost(self, trees: dict[str, JobTree], aggs: dict[str, set[str]]) -> float:
+        """The objective every strategy is judged on: weighted surrogate plus switching
+        penalties against `instance.current`."""
+        total = 0.0
+        pen = self.instance.switching_penalty_s
+        for job in self.jobs:
+            a = aggs.get(job.id, set())
+            cost = evaluate(trees[job.id], a).surrogate
+            if pen:
+                cost += pen * len(a - set(self.instance.current.get(job.id, [])))
+            total += job.weight * cost
+        return total
+
+
+@dataclass
+class SlotLedger:
+    free: np.ndarray
+    index: dict[str, int]
+    programmable: np.ndarray
+
+    def can_host(self, switch: str, pool: int) -> bool:
+        i = self.index[switch]
+        return bool(self.programmable[i]) and self.free[i] >= pool
+
+    def take(self, switch: str, pool: int) -> bool:
+        if not self.can_host(switch, pool):
+            return False
+        self.free[self.index[switch]] -= pool
+        return True

@@ -1,0 +1,172 @@
+"""All jobs' reduction trees as flat numpy arrays, for the large instances AGG must solve fast.
+
+A forest node is one (job, switch) pair of a job's tree. The arrays hold the same quantities
+as `network.JobTree` (tau, dist, inputs, ...) and `evaluate` computes the same surrogate as
+`network.evaluate`, level by level instead of node by node (tests check they agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .documents import Job
+from .network import Network
+
+
+@dataclass
+class Forest:
+    n_jobs: int
+    job: np.ndarray  # job index of each node
+    switch: np.ndarray  # global node index (Network.index) of each node's switch
+    parent: np.ndarray  # forest index, -1 at a job's root
+    levels: list[np.ndarray]  # node indices by depth, deepest first
+    direct: np.ndarray  # workers attached
+    n_children: np.ndarray
+    only_child: np.ndarray  # the child when n_children == 1, else -1
+    raw: np.ndarray
+    tau: np.ndarray
+    dist: np.ndarray
+    hop: np.ndarray
+    weight: np.ndarray  # job weight, per node
+    const: np.ndarray  # per job: worker-edge stream time (does not depend on the choice)
+    segment: np.ndarray  # bottom node of the node's segment, -1 if none
+
+    @property
+    def inputs(self) -> np.ndarray:
+        return self.direct + self.n_children
+
+    def streams(self, agg: np.ndarray) -> np.ndarray:
+        """Streams leaving each node upwards when `agg` (bool per node) sums."""
+        s = np.zeros(len(self.job), dtype=np.int64)
+        child_sum = np.zeros(len(self.job), dtype=np.int64)
+        for lvl in self.levels:
+            v = lvl
+            s[v] = np.where(agg[v], 1, self.direct[v] + child_sum[v])
+            p = self.parent[v]
+            has = p >= 0
+            np.add.at(child_sum, p[has], s[v][has])
+        return s
+
+    def job_costs(self, agg: np.ndarray) -> np.ndarray:
+        """Unweighted surrogate per job (the same as `network.evaluate(...).surrogate`)."""
+        s = self.streams(agg)
+        per_node = self.tau * s + np.where(agg, self.hop, 0.0)
+        out = self.const.copy()
+        np.add.at(out, self.job, per_node)
+        return out
+
+    def anc_dist(self, agg: np.ndarray) -> np.ndarray:
+        """dist of the nearest aggregator strictly above each node (0: the PS)."""
+        a = np.zeros(len(self.job))
+        for lvl in reversed(self.levels):
+            p = self.parent[lvl]
+            has = p >= 0
+            pv = p[has]
+            a[lvl[has]] = np.where(agg[pv], self.dist[pv], a[pv])
+        return a
+
+
+def build_forest(net: Network, jobs: list[Job], roots: list[str], pred: np.ndarray) -> Forest:
+    """`pred[r, s]`: next hop of switch s towards roots[r] (scipy's predecessor matrix on
+    the transposed graph)."""
+    sw_ids = net.switch_ids
+    n_sw = len(sw_ids)
+    to_global = np.array([net.index[s] for s in sw_ids], dtype=np.int64)
+    root_row = {r: i for i, r in enumerate(roots)}
+    nj = len(jobs)
+    w_job, w_tor, w_tau = [], [], []
+    job_root = np.empty(nj, dtype=np.int64)
+    job_row = np.empty(nj, dtype=np.int64)
+    bits = np.array([8.0 * j.update_bytes for j in jobs])
+    root_tau = np.empty(nj)
+    for j, job in enumerate(jobs):
+        r = net.attach[job.ps]
+        job_root[j] = net.sw_index[r]
+        job_row[j] = root_row[r]
+        root_tau[j] = bits[j] / net.resid[(r, job.ps)]
+        for w in job.workers:
+            t = net.attach[w]
+            w_job.append(j)
+            w_tor.append(net.sw_index[t])
+            w_tau.append(bits[j] / net.resid[(w, t)])
+    w_job_a = np.array(w_job, dtype=np.int64)
+    w_tor_a = np.array(w_tor, dtype=np.int64)
+    const = np.zeros(nj)
+    np.add.at(const, w_job_a, np.array(w_tau))
+
+    # every (job, switch) on a worker's path, walking next hops to the root
+    keys = [w_job_a * n_sw + w_tor_a]
+    cur, cj = w_tor_a, w_job_a
+    while True:
+        live = cur != job_root[cj]
+        if not live.any():
+            break
+        cur, cj = pred[job_row[cj[live]], cur[live]], cj[live]
+        keys.append(cj * n_sw + cur)
+    node_key = np.unique(np.concatenate(keys))
+    job = node_key // n_sw
+    sw = node_key % n_sw
+    n = len(node_key)
+    is_root = sw == job_root[job]
+    par_sw = np.where(is_root, 0, pred[job_row[job], sw])
+    parent = np.where(is_root, -1, np.searchsorted(node_key, job * n_sw + par_sw))
+
+    direct = np.zeros(n, dtype=np.int64)
+    np.add.at(direct, np.searchsorted(node_key, w_job_a * n_sw + w_tor_a), 1)
+    n_children = np.zeros(n, dtype=np.int64)
+    np.add.at(n_children, parent[~is_root], 1)
+    only_child = np.full(n, -1, dtype=np.int64)
+    kids = np.nonzero(~is_root)[0]
+    only_child[parent[kids]] = kids  # correct where n_children == 1
+    only_child[n_children != 1] = -1
+
+    depth = np.zeros(n, dtype=np.int64)
+    anc = parent.copy()
+    while (up := anc >= 0).any():
+        depth[up] += 1
+        anc[up] = parent[anc[up]]
+    levels = [np.nonzero(depth == d)[0] for d in range(int(depth.max()), -1, -1)] if n else []
+
+    # per-stream time of each node's up edge: residual of (switch -> parent) or (root -> PS)
+    tau = np.empty(n)
+    nr = ~is_root
+    tau[nr] = bits[job[nr]] / net.switch_resid()[sw[nr], par_sw[nr]]
+    tau[is_root] = root_tau[job[is_root]]
+    dist = np.zeros(n)
+    for lvl in reversed(levels):
+        pv = parent[lvl]
+        dist[lvl] = tau[lvl] + np.where(pv >= 0, dist[np.where(pv >= 0, pv, 0)], 0.0)
+    raw = direct.copy()
+    for lvl in levels:
+        pv = parent[lvl]
+        has = pv >= 0
+        np.add.at(raw, pv[has], raw[lvl][has])
+
+    inputs = direct + n_children
+    segment = np.full(n, -1, dtype=np.int64)
+    for lvl in levels:
+        bottom = inputs[lvl] >= 2
+        segment[lvl[bottom]] = lvl[bottom]
+        chain = lvl[(inputs[lvl] == 1) & (n_children[lvl] == 1)]
+        segment[chain] = segment[only_child[chain]]
+
+    gidx = to_global[sw]
+    return Forest(
+        n_jobs=nj,
+        job=job,
+        switch=gidx,
+        parent=parent,
+        levels=levels,
+        direct=direct,
+        n_children=n_children,
+        only_child=only_child,
+        raw=raw,
+        tau=tau,
+        dist=dist,
+        hop=net.hop_s[gidx],
+        weight=np.array([j.weight for j in jobs])[job],
+        const=const,
+        segment=segment,
+    )

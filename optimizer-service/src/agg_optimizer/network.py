@@ -1,0 +1,298 @@
+"""The network as the optimizer sees it: link state from INT, routing trees, and the cost of
+an aggregation choice on a tree.
+
+Link model (per direction u->v, from the INT snapshot; defaults in documents.py):
+    residual rate  r = max(c (1 - util), RESIDUAL_FLOOR * c)      [bit/s]
+    delay          d = latency + 8 queue / c                       [s]
+A job's reduction tree is the union of its workers' paths to the parameter server (PS). The
+paths come from one shortest-path tree rooted at the PS's switch, so they form an in-tree and
+every switch on it has a single next hop towards the PS.
+
+Cost of a job with aggregator set A on its tree (the CCT surrogate, "stream-seconds"):
+    streams(v) = 1 if v in A else sum of streams of v's inputs (workers count 1)
+    surrogate  = sum over tree edges e of streams(e) * 8 D / r_e  +  sum_{a in A} hop(a)
+This is SOAR's network-utilisation objective with INT weights; the PS incast is the term of
+the last edge. The predicted CCT reported to users is the bottleneck form:
+    cct = max_e streams(e) * 8 D / r_e + max over workers of path delay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from .documents import DEFAULT_HOP_LATENCY_US, DEFAULT_LINK_LATENCY_US, Instance, Job
+
+RESIDUAL_FLOOR = 0.05
+# Bytes of the chunk whose transfer time weighs a link in INT-aware routing: large enough that
+# congestion dominates, small enough that latency still breaks ties between idle paths.
+ROUTE_REF_BYTES = 1_000_000
+
+
+@dataclass
+class Network:
+    """Compiled arrays of an instance's topology and telemetry."""
+
+    ids: list[str]
+    index: dict[str, int]
+    is_switch: np.ndarray
+    programmable: np.ndarray
+    slots: np.ndarray
+    hop_s: np.ndarray
+    attach: dict[str, str]  # host -> its switch
+    cap: dict[tuple[str, str], float]  # bit/s per direction
+    resid: dict[tuple[str, str], float]
+    delay: dict[tuple[str, str], float]
+    switch_ids: list[str] = field(default_factory=list)
+    sw_index: dict[str, int] = field(default_factory=dict)
+    _edges: tuple[np.ndarray, np.ndarray] | None = None
+    _int_graph_t: csr_matrix | None = None
+    _resid_sw: np.ndarray | None = None
+
+    @classmethod
+    def from_instance(cls, inst: Instance) -> Network:
+        ids = [n.id for n in inst.topology.nodes]
+        index = {nid: i for i, nid in enumerate(ids)}
+        nodes = inst.topology.nodes
+        is_switch = np.array([n.kind == "switch" for n in nodes])
+        programmable = np.array([n.kind == "switch" and n.programmable for n in nodes])
+        slots = np.array([n.slots if n.kind == "switch" else 0 for n in nodes], dtype=np.int64)
+        hop = {s.switch: s.hop_latency_us * 1e-6 for s in inst.telemetry.switches}
+        hop_s = np.array([hop.get(n.id, DEFAULT_HOP_LATENCY_US * 1e-6) for n in nodes])
+        tele = {(t.src, t.dst): t for t in inst.telemetry.links}
+        cap: dict[tuple[str, str], float] = {}
+        resid: dict[tuple[str, str], float] = {}
+        delay: dict[tuple[str, str], float] = {}
+        attach: dict[str, str] = {}
+        for ln in inst.topology.links:
+            c = ln.capacity_gbps * 1e9
+            for u, v in ((ln.src, ln.dst), (ln.dst, ln.src)):
+                t = tele.get((u, v))
+                util = t.utilization if t else 0.0
+                q = t.queue_bytes if t else 0.0
+                lat = (t.latency_us if t else DEFAULT_LINK_LATENCY_US) * 1e-6
+                cap[(u, v)] = c
+                resid[(u, v)] = max(c * (1.0 - util), RESIDUAL_FLOOR * c)
+                delay[(u, v)] = lat + 8.0 * q / c
+            if not is_switch[index[ln.src]]:
+                attach[ln.src] = ln.dst
+            if not is_switch[index[ln.dst]]:
+                attach[ln.dst] = ln.src
+        switch_ids = [nid for nid, s in zip(ids, is_switch, strict=True) if s]
+        return cls(
+            ids=ids,
+            index=index,
+            is_switch=is_switch,
+            programmable=programmable,
+            slots=slots,
+            hop_s=hop_s,
+            attach=attach,
+            cap=cap,
+            resid=resid,
+            delay=delay,
+            switch_ids=switch_ids,
+            sw_index={s: i for i, s in enumerate(switch_ids)},
+        )
+
+    # -- routing ------------------------------------------------------------------------------
+
+    def _switch_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._edges is None:
+            src, dst = [], []
+            for u, v in self.cap:
+                if u in self.sw_index and v in self.sw_index:
+                    src.append(self.sw_index[u])
+                    dst.append(self.sw_index[v])
+            self._edges = (np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64))
+        return self._edges
+
+    def switch_resid(self) -> np.ndarray:
+        """Dense residual rate between switches, indexed by switch position (0: no link)."""
+        if self._resid_sw is None:
+            src, dst = self._switch_edges()
+            r = np.zeros((len(self.switch_ids), len(self.switch_ids)))
+            ids = self.switch_ids
+            r[src, dst] = [self.resid[(ids[a], ids[b])] for a, b in zip(src, dst, strict=True)]
+            self._resid_sw = r
+        return self._resid_sw
+
+    def _graph_t(self, weights: np.ndarray) -> csr_matrix:
+        """Transposed switch graph: Dijkstra from r on it gives distances *to* r."""
+        src, dst = self._switch_edges()
+        n = len(self.switch_ids)
+        return csr_matrix((weights, (dst, src)), shape=(n, n))
+
+    def int_weights(self) -> np.ndarray:
+        src, dst = self._switch_edges()
+        w = np.empty(len(src))
+        for i, (a, b) in enumerate(zip(src, dst, strict=True)):
+            e = (self.switch_ids[a], self.switch_ids[b])
+            w[i] = self.delay[e] + 8.0 * ROUTE_REF_BYTES / self.resid[e]
+        return w
+
+    def next_hops(
+        self, roots: list[str], *, int_aware: bool, salt: str = ""
+    ) -> dict[str, np.ndarray]:
+        """Per root switch, the index of every switch's next hop towards it (-9999 at the root).
+
+        INT-aware routing weighs links by delay and residual rate. Otherwise hop count, with
+        equal-cost ties broken by a hash of `salt` (one ECMP choice per job, as a switch's
+        flow hash would make for the job's traffic).
+        """
+        src, _ = self._switch_edges()
+        if int_aware:
+            if self._int_graph_t is None:
+                self._int_graph_t = self._graph_t(self.int_weights())
+            gt = self._int_graph_t
+        else:
+            seed = int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest(), "big")
+            jitter = np.random.default_rng(seed).random(len(src)) * 1e-3
+            gt = self._graph_t(1.0 + jitter)
+        idx = [self.sw_index[r] for r in roots]
+        _, pred = dijkstra(gt, directed=True, indices=idx, return_predecessors=True)
+        return {r: pred[row] for row, r in enumerate(roots)}
+
+
+@dataclass
+class JobTree:
+    """A job's reduction tree: switches with their parent towards the PS."""
+
+    job: Job
+    root: str  # the PS's switch
+    parent: dict[str, str | None]
+    order: list[str]  # switches, children before parents
+    children: dict[str, list[str]]
+    direct: dict[str, list[str]]  # workers attached to each switch
+    raw: dict[str, int]  # workers in each switch's subtree
+    tau: dict[str, float]  # per-stream time of the switch's up edge (root: to the PS)
+    dist: dict[str, float]  # sum of tau from the switch up to the PS
+    tau_worker: dict[str, float]
+    delay_to_ps: dict[str, float]  # path delay from each switch to the PS
+    worker_delay: dict[str, float]  # worker's full path delay, hop latencies included
+    hop: dict[str, float]
+    programmable: dict[str, bool]
+    worker_tor: dict[str, str]
+
+    def up(self, v: str) -> str:
+        p = self.parent[v]
+        return p if p is not None else self.job.ps
+
+    def path(self, worker: str) -> list[str]:
+        out = [worker]
+        v: str | None = None
+        v = self.tor(worker)
+        while v is not None:
+            out.append(v)
+            v = self.parent[v]
+        out.append(self.job.ps)
+        return out
+
+    def tor(self, worker: str) -> str:
+        return self.worker_tor[worker]
+
+    def inputs(self, v: str) -> int:
+        return len(self.direct[v]) + len(self.children[v])
+
+
+def build_tree(net: Network, job: Job, pred: np.ndarray) -> JobTree:
+    """Union of the workers' paths along `pred` (next-hop indices towards the PS's switch)."""
+    root = net.attach[job.ps]
+    bits = 8.0 * job.update_bytes
+    parent: dict[str, str | None] = {}
+    direct: dict[str, list[str]] = {}
+    ids, idx = net.switch_ids, net.sw_index
+    for w in job.workers:
+        tor = net.attach[w]
+        direct.setdefault(tor, []).append(w)
+        v: str | None = tor
+        while v is not None and v not in parent:
+            p = ids[pred[idx[v]]] if v != root else None
+            parent[v] = p
+            v = p
+    for v in parent:
+        direct.setdefault(v, [])
+    children: dict[str, list[str]] = {v: [] for v in parent}
+    for v, p in parent.items():
+        if p is not None:
+            children[p].append(v)
+    # depth-first from the root gives parents before children; reverse it.
+    order: list[str] = []
+    stack = [root]
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        stack.extend(children[v])
+    order.reverse()
+
+    tau: dict[str, float] = {}
+    dist: dict[str, float] = {}
+    delay_to_ps: dict[str, float] = {}
+    hop = {v: float(net.hop_s[net.index[v]]) for v in parent}
+    for v in reversed(order):  # parents first
+        e = (v, parent[v] if parent[v] is not None else job.ps)
+        tau[v] = bits / net.resid[e]
+        p = parent[v]
+        dist[v] = tau[v] + (dist[p] if p is not None else 0.0)
+        delay_to_ps[v] = hop[v] + net.delay[e] + (delay_to_ps[p] if p is not None else 0.0)
+    raw: dict[str, int] = {}
+    for v in order:
+        raw[v] = len(direct[v]) + sum(raw[c] for c in children[v])
+    tau_worker = {w: bits / net.resid[(w, net.attach[w])] for w in job.workers}
+    worker_delay = {
+        w: net.delay[(w, net.attach[w])] + delay_to_ps[net.attach[w]] for w in job.workers
+    }
+    return JobTree(
+        job=job,
+        root=root,
+        parent=parent,
+        order=order,
+        children=children,
+        direct=direct,
+        raw=raw,
+        tau=tau,
+        dist=dist,
+        tau_worker=tau_worker,
+        delay_to_ps=delay_to_ps,
+        worker_delay=worker_delay,
+        hop=hop,
+        programmable={v: bool(net.programmable[net.index[v]]) for v in parent},
+        worker_tor={w: net.attach[w] for w in job.workers},
+    )
+
+
+def build_trees(net: Network, jobs: list[Job]) -> dict[str, JobTree]:
+    """Hop-count trees, one ECMP choice per job (INT-aware trees: `Context.int_trees`)."""
+    out = {}
+    for j in jobs:
+        root = net.attach[j.ps]
+        out[j.id] = build_tree(net, j, net.next_hops([root], int_aware=False, salt=j.id)[root])
+    return out
+
+
+@dataclass
+class TreeCost:
+    streams: dict[str, int]  # streams leaving each switch upwards
+    surrogate: float  # seconds, unweighted
+    bottleneck: float
+    cct: float
+
+
+def evaluate(tree: JobTree, aggs: set[str]) -> TreeCost:
+    """Exact surrogate and bottleneck CCT of aggregating at `aggs` on `tree`."""
+    streams: dict[str, int] = {}
+    total = sum(tree.tau_worker.values())
+    bottleneck = max(tree.tau_worker.values())
+    for v in tree.order:
+        n_in = len(tree.direct[v]) + sum(streams[c] for c in tree.children[v])
+        out = 1 if v in aggs else n_in
+        streams[v] = out
+        t = out * tree.tau[v]
+        total += t
+        bottleneck = max(bottleneck, t)
+    total += sum(tree.hop[a] for a in aggs)
+    cct = bottleneck + max(tree.worker_delay.values())
+    return TreeCost(streams=streams, surrogate=total, bottleneck=bottleneck, cct=cct)

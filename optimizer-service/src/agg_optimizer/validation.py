@@ -1,0 +1,105 @@
+"""Whole-document checks of an instance. Every error names the field it is about."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+from pydantic import ValidationError
+
+from .documents import Instance
+
+
+class InstanceError(ValueError):
+    """Bad input. `field` is a path such as `jobs[2].workers[0]`."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One line per problem, `field.path: message`, from a pydantic error."""
+    lines = []
+    for e in err.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        lines.append(f"{loc or '(document)'}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def check_instance(inst: Instance) -> None:
+    """Raise `InstanceError` for the first structural problem found."""
+    topo = inst.topology
+    kinds: dict[str, str] = {}
+    for i, n in enumerate(topo.nodes):
+        if n.id in kinds:
+            raise InstanceError(f"topology.nodes[{i}].id", f"duplicate node id {n.id!r}")
+        kinds[n.id] = n.kind
+    if not any(k == "switch" for k in kinds.values()):
+        raise InstanceError("topology.nodes", "no switch in the topology")
+    g = nx.Graph()
+    g.add_nodes_from(kinds)
+    for i, ln in enumerate(topo.links):
+        for end in ("src", "dst"):
+            nid = getattr(ln, end)
+            if nid not in kinds:
+                raise InstanceError(f"topology.links[{i}].{end}", f"unknown node {nid!r}")
+        if ln.src == ln.dst:
+            raise InstanceError(f"topology.links[{i}]", f"self-loop on {ln.src!r}")
+        if kinds[ln.src] == "host" and kinds[ln.dst] == "host":
+            raise InstanceError(f"topology.links[{i}]", "a link between two hosts")
+        if g.has_edge(ln.src, ln.dst):
+            raise InstanceError(f"topology.links[{i}]", f"duplicate link {ln.src}-{ln.dst}")
+        g.add_edge(ln.src, ln.dst)
+    for nid, kind in kinds.items():
+        if kind == "host" and g.degree(nid) != 1:
+            raise InstanceError(
+                "topology.links", f"host {nid!r} must have exactly one link, has {g.degree(nid)}"
+            )
+
+    for i, lt in enumerate(inst.telemetry.links):
+        if not g.has_edge(lt.src, lt.dst):
+            raise InstanceError(f"telemetry.links[{i}]", f"no link {lt.src}->{lt.dst}")
+    for i, st in enumerate(inst.telemetry.switches):
+        if kinds.get(st.switch) != "switch":
+            raise InstanceError(f"telemetry.switches[{i}].switch", f"unknown switch {st.switch!r}")
+
+    component = {n: c for c, comp in enumerate(nx.connected_components(g)) for n in comp}
+    n_prog = sum(1 for n in topo.nodes if n.kind == "switch" and n.programmable)
+    dup = [jid for jid, c in Counter(j.id for j in inst.jobs).items() if c > 1]
+    if dup:
+        idx = next(i for i, j in enumerate(inst.jobs) if j.id == dup[0])
+        raise InstanceError(f"jobs[{idx}].id", f"duplicate job id {dup[0]!r}")
+    for i, job in enumerate(inst.jobs):
+        f = f"jobs[{i}]"
+        if job.ps not in kinds:
+            raise InstanceError(f"{f}.ps", f"unknown node {job.ps!r}")
+        if kinds[job.ps] != "host":
+            raise InstanceError(f"{f}.ps", f"{job.ps!r} is a switch, not a host")
+        seen: set[str] = set()
+        for k, w in enumerate(job.workers):
+            wf = f"{f}.workers[{k}]"
+            if w not in kinds:
+                raise InstanceError(wf, f"unknown node {w!r}")
+            if kinds[w] != "host":
+                raise InstanceError(wf, f"{w!r} is a switch, not a host")
+            if w == job.ps:
+                raise InstanceError(wf, f"{w!r} is also the job's parameter server")
+            if w in seen:
+                raise InstanceError(wf, f"worker {w!r} listed twice")
+            seen.add(w)
+            if component[w] != component[job.ps]:
+                raise InstanceError(f"{f}.ps", f"parameter server unreachable from worker {w!r}")
+        if job.max_aggregators is not None and job.max_aggregators > n_prog:
+            raise InstanceError(
+                f"{f}.max_aggregators",
+                f"{job.max_aggregators} exceeds the {n_prog} programmable switches in the network",
+            )
+    job_ids = {j.id for j in inst.jobs}
+    for jid, switches in inst.current.items():
+        if jid not in job_ids:
+            raise InstanceError(f"current.{jid}", "unknown job id")
+        for s in switches:
+            if kinds.get(s) != "switch":
+                raise InstanceError(f"current.{jid}", f"unknown switch {s!r}")
