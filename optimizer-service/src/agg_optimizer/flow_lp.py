@@ -405,14 +405,15 @@ def solve_milp(
     h.run()
     t2 = time.perf_counter()
     status = h.getModelStatus()
-    if status != highspy.HighsModelStatus.kOptimal:
+    ok = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kModelEmpty)
+    if status not in ok:
         raise SolveError(f"HiGHS MILP returned {h.modelStatusToString(status)}")
     col = np.asarray(h.getSolution().col_value)
     chosen = np.zeros(len(p.arc_cost), dtype=bool)
     chosen[ak] = np.round(col[:nx_]) == 1
     return FlowSolution(
         chosen=chosen,
-        objective=float(h.getInfo().objective_function_value),
+        objective=float(h.getInfo().objective_function_value) if ncol else 0.0,
         path="milp",
         reason=reason,
         build_s=t1 - t0,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import networkx as nx
 from pydantic import ValidationError
 
@@ -67,10 +65,11 @@ def check_instance(inst: Instance) -> None:
 
     component = {n: c for c, comp in enumerate(nx.connected_components(g)) for n in comp}
     n_prog = sum(1 for n in topo.nodes if n.kind == "switch" and n.programmable)
-    dup = [jid for jid, c in Counter(j.id for j in inst.jobs).items() if c > 1]
-    if dup:
-        idx = next(i for i, j in enumerate(inst.jobs) if j.id == dup[0])
-        raise InstanceError(f"jobs[{idx}].id", f"duplicate job id {dup[0]!r}")
+    seen_ids: set[str] = set()
+    for i, job in enumerate(inst.jobs):
+        if job.id in seen_ids:
+            raise InstanceError(f"jobs[{i}].id", f"duplicate job id {job.id!r}")
+        seen_ids.add(job.id)
     for i, job in enumerate(inst.jobs):
         f = f"jobs[{i}]"
         if job.ps not in kinds:

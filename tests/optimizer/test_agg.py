@@ -1,0 +1,164 @@
+"""AGG on whole instances: forest == per-tree model, integral and feasible placements,
+the MILP oracle as a bound, and a well-formed placement document for every strategy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agg_optimizer import agg, exact
+from agg_optimizer.context import Context
+from agg_optimizer.documents import Instance
+from agg_optimizer.engine import STRATEGIES, solve
+from agg_optimizer.examples import example_instance, random_jobs, random_telemetry
+from agg_optimizer.flow_lp import NotTotallyUnimodular, solve_lp, solve_milp, solve_networkx
+from agg_optimizer.network import evaluate
+from agg_optimizer.topology import fat_tree
+
+seeds = st.integers(min_value=0, max_value=10_000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeds)
+def test_forest_matches_the_per_tree_model(seed):
+    ctx = Context(example_instance(4, 5, seed))
+    f = ctx.forest
+    rng = np.random.default_rng(seed)
+    mask = rng.random(len(f.job)) < 0.4
+    costs = f.job_costs(mask)
+    for j, job in enumerate(ctx.jobs):
+        tree = ctx.int_trees[job.id]
+        chosen = {ctx.net.ids[f.switch[v]] for v in np.nonzero(mask & (f.job == j))[0]}
+        assert costs[j] == pytest.approx(evaluate(tree, chosen).surrogate, rel=1e-12)
+        segs = {tuple(s) for s in agg.segments(tree)}
+        fsegs = defaultdict(list)
+        for lvl in f.levels:
+            for v in lvl:
+                if f.job[v] == j and f.segment[v] >= 0:
+                    fsegs[f.segment[v]].append(ctx.net.ids[f.switch[v]])
+        assert {tuple(s) for s in fsegs.values()} == segs
+
+
+def _check_feasible(inst: Instance, placement) -> None:
+    slots = {n.id: n.slots for n in inst.topology.nodes}
+    prog = {n.id: n.programmable for n in inst.topology.nodes}
+    jobs = {j.id: j for j in inst.jobs}
+    used: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for jp in placement.jobs:
+        job = jobs[jp.job_id]
+        if job.max_aggregators is not None:
+            assert len(jp.aggregators) <= job.max_aggregators
+        emitters = set(job.workers) | {a.switch for a in jp.aggregators}
+        fed = []
+        for a in jp.aggregators:
+            assert prog[a.switch]
+            assert a.fan_in == len(a.children) >= 1
+            assert set(a.children) <= emitters
+            fed += a.children
+            used[a.switch].append((a.pool.base, a.pool.base + a.pool.size))
+        # every emitter feeds exactly one absorber (an aggregator or the PS)
+        assert len(fed) + jp.ps_fan_in == len(emitters)
+        for w, path in jp.worker_paths.items():
+            assert path[0] == w and path[-1] == job.ps
+    for s, pools in used.items():
+        pools.sort()
+        assert pools[-1][1] <= slots[s]
+        assert all(a[1] <= b[0] for a, b in zip(pools, pools[1:], strict=False))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seeds, st.sampled_from([128, 256, 1024]))
+def test_agg_is_integral_feasible_and_bounded_by_the_oracles(seed, slots):
+    inst = example_instance(4, 6, seed, slots=slots)
+    p = solve(inst, "agg")
+    assert p.stats.path == "lp"
+    assert p.stats.max_integrality_gap <= 1e-7
+    _check_feasible(inst, p)
+    assert p.objective_s <= solve(inst, "ps").objective_s + 1e-9
+    # the exact MILP of the full surrogate is a lower bound AGG must respect
+    assert p.objective_s >= solve(inst, "milp").objective_s - 1e-6
+
+
+@settings(max_examples=20, deadline=None)
+@given(seeds)
+def test_every_agg_iteration_is_exact_against_milp_and_networkx(seed):
+    """Each problem AGG solves is solved again by the MILP and by networkx: same optimum."""
+    seen = []
+
+    def both(p):
+        lp = solve_lp(p)
+        assert solve_milp(p).objective == pytest.approx(lp.objective, abs=1e-7)
+        assert solve_networkx(p)[0] == pytest.approx(lp.objective, abs=1e-6)
+        seen.append(lp.objective)
+        return lp
+
+    ctx = Context(example_instance(4, 4, seed, slots=256))
+    _, _, sols = agg.place(ctx, oracle=both)
+    assert len(seen) == len(sols) >= 1
+
+
+def test_all_strategies_give_well_formed_placements():
+    inst = example_instance(4, 5, 3, slots=256)
+    for name in STRATEGIES:
+        _check_feasible(inst, solve(inst, name))
+
+
+def test_scarce_slots_are_shared_across_jobs():
+    inst = example_instance(4, 8, 5, slots=128)  # one pool per switch
+    p = solve(inst, "agg")
+    owners = defaultdict(int)
+    for jp in p.jobs:
+        for a in jp.aggregators:
+            owners[a.switch] += 1
+    assert owners and max(owners.values()) == 1
+
+
+def test_hysteresis_keeps_the_current_placement_when_switching_is_expensive():
+    inst = example_instance(4, 4, 9, slots=256)
+    first = solve(inst, "agg")
+    current = {jp.job_id: [a.switch for a in jp.aggregators] for jp in first.jobs}
+    moved = example_instance(4, 4, 10, slots=256)  # only its telemetry is used
+    moved = inst.model_copy(update={"telemetry": moved.telemetry, "current": current})
+    sticky = solve(moved.model_copy(update={"switching_penalty_s": 1e6}), "agg")
+    for jp in sticky.jobs:
+        assert {a.switch for a in jp.aggregators} <= set(current[jp.job_id])
+    free = solve(moved, "agg")
+    assert free.objective_s <= sticky.objective_s
+
+
+def test_unequal_pool_sizes_take_the_labelled_milp_path():
+    inst = example_instance(4, 3, 2, slots=256)
+    inst.jobs[0] = inst.jobs[0].model_copy(update={"pool_slots": 64})
+    p = solve(inst, "agg")
+    assert p.stats.path == "milp" and "knapsack" in p.stats.reason
+    _check_feasible(inst, p)
+    with pytest.raises(NotTotallyUnimodular):
+        agg.place(Context(inst), allow_milp=False)
+
+
+def test_gap_to_the_exact_surrogate_is_small_on_average():
+    gaps = []
+    for seed in range(12):
+        ctx = Context(example_instance(8, 30, seed, slots=256, workers=(4, 24)))
+        a, _, _ = agg.place(ctx)
+        e, _ = exact.place_exact(ctx)
+        ga, ge = ctx.weighted_cost(ctx.int_trees, a), ctx.weighted_cost(ctx.int_trees, e)
+        gaps.append(ga / ge - 1)
+    assert min(gaps) >= -1e-9
+    assert np.mean(gaps) < 0.02, gaps
+
+
+def test_k32_with_1000_jobs_gives_an_integral_feasible_placement():
+    rng = np.random.default_rng(0)
+    topo = fat_tree(32, slots=1024)
+    inst = Instance(
+        topology=topo, telemetry=random_telemetry(topo, rng), jobs=random_jobs(topo, 1000, rng)
+    )
+    p = solve(inst, "agg")
+    assert p.stats.path == "lp" and p.stats.max_integrality_gap <= 1e-7
+    assert sum(len(j.aggregators) for j in p.jobs) > 1000
+    _check_feasible(inst, p)

@@ -1,0 +1,108 @@
+"""Bad input: an error naming the field, and a one-line CLI failure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agg_optimizer.documents import Instance, Job, Link, LinkTelemetry, Node, Topology
+from agg_optimizer.topology import fat_tree
+from agg_optimizer.validation import InstanceError, check_instance
+
+
+def _inst(**job_kw) -> Instance:
+    topo = fat_tree(4)
+    base = {"id": "j", "workers": ["h0_0_0", "h1_0_0"], "ps": "h2_0_0", "update_bytes": 1000}
+    base.update(job_kw)
+    return Instance(topology=topo, jobs=[Job(**base)])
+
+
+@pytest.mark.parametrize(
+    ("kw", "field", "text"),
+    [
+        ({"workers": ["h0_0_0", "nope"]}, "jobs[0].workers[1]", "unknown node"),
+        ({"workers": ["e0_0"]}, "jobs[0].workers[0]", "is a switch"),
+        ({"ps": "c0"}, "jobs[0].ps", "is a switch"),
+        ({"ps": "zz"}, "jobs[0].ps", "unknown node"),
+        ({"workers": ["h0_0_0", "h0_0_0"]}, "jobs[0].workers[1]", "twice"),
+        ({"workers": ["h2_0_0"]}, "jobs[0].workers[0]", "parameter server"),
+        ({"max_aggregators": 999}, "jobs[0].max_aggregators", "exceeds"),
+    ],
+)
+def test_bad_job_names_the_field(kw, field, text):
+    with pytest.raises(InstanceError) as e:
+        check_instance(_inst(**kw))
+    assert e.value.field == field
+    assert text in e.value.message
+
+
+def test_duplicate_job_ids():
+    inst = _inst()
+    inst.jobs.append(inst.jobs[0].model_copy())
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == "jobs[1].id"
+
+
+def test_unreachable_parameter_server():
+    topo = fat_tree(2)
+    topo.nodes += [Node(id="island", kind="switch"), Node(id="hx", kind="host")]
+    topo.links.append(Link(src="hx", dst="island"))
+    inst = Instance(
+        topology=topo, jobs=[Job(id="j", workers=["h0_0_0"], ps="hx", update_bytes=1)]
+    )
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == "jobs[0].ps" and "unreachable" in e.value.message
+
+
+def test_link_to_unknown_node_and_telemetry_on_a_missing_link():
+    topo = Topology(nodes=[Node(id="s", kind="switch")], links=[Link(src="s", dst="t")])
+    with pytest.raises(InstanceError) as e:
+        check_instance(Instance(topology=topo, jobs=[]))
+    assert e.value.field == "topology.links[0].dst"
+    inst = _inst()
+    inst.telemetry.links.append(LinkTelemetry(src="c0", dst="c1"))
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == "telemetry.links[0]"
+
+
+def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from agg_optimizer.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+    )
+
+
+def _bad_docs():
+    good = _inst().model_dump(mode="json")
+    neg = json.loads(json.dumps(good))
+    neg["jobs"][0]["update_bytes"] = -5
+    empty = json.loads(json.dumps(good))
+    empty["jobs"][0]["workers"] = []
+    unknown = json.loads(json.dumps(good))
+    unknown["jobs"][0]["workers"] = ["ghost"]
+    return [
+        (neg, "jobs[0].update_bytes"),
+        (empty, "jobs[0].workers"),
+        (unknown, "jobs[0].workers[0]"),
+        ("{not json", "Invalid JSON"),
+    ]
+
+
+@pytest.mark.parametrize(("doc", "field"), _bad_docs())
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, doc, field):
+    f = tmp_path / "bad.json"
+    f.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    r = _cli("solve", str(f))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert field in r.stderr
