@@ -3,6 +3,7 @@ the MILP oracle as a bound, and a well-formed placement document for every strat
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import numpy as np
@@ -67,7 +68,7 @@ def _check_feasible(inst: Instance, placement) -> None:
     for s, pools in used.items():
         pools.sort()
         assert pools[-1][1] <= slots[s]
-        assert all(a[1] <= b[0] for a, b in zip(pools, pools[1:], strict=False))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(pools))
 
 
 @settings(max_examples=25, deadline=None)

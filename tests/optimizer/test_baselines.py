@@ -22,9 +22,7 @@ WORKERS = ["h0_1", "h0_2", "h1_0", "h1_1", "h2_0"]
 
 def _inst(n_jobs: int = 1, slots: int = 1024) -> Instance:
     topo = leaf_spine(2, 3, 4, slots=slots)
-    jobs = [
-        Job(id=f"j{i}", workers=WORKERS, ps="h0_0", update_bytes=10**8) for i in range(n_jobs)
-    ]
+    jobs = [Job(id=f"j{i}", workers=WORKERS, ps="h0_0", update_bytes=10**8) for i in range(n_jobs)]
     return Instance(topology=topo, jobs=jobs)
 
 

@@ -37,7 +37,7 @@ def test_lp_equals_milp_bruteforce_and_networkx(seed):
     bf = brute_force(p)
     assert lp.objective == pytest.approx(bf, abs=1e-9)
     assert solve_milp(p).objective == pytest.approx(bf, abs=1e-9)
-    nx_obj, nx_chosen = solve_networkx(p)
+    nx_obj, _ = solve_networkx(p)
     assert nx_obj == pytest.approx(bf, abs=1e-6)
 
 

@@ -28,7 +28,7 @@ def test_fat_tree_has_the_textbook_shape(k):
 
 
 def test_fat_tree_rejects_odd_k():
-    with pytest.raises(ValueError, match="fat_tree.k"):
+    with pytest.raises(ValueError, match=r"fat_tree\.k"):
         fat_tree(5)
 
 

@@ -51,9 +51,7 @@ def test_unreachable_parameter_server():
     topo = fat_tree(2)
     topo.nodes += [Node(id="island", kind="switch"), Node(id="hx", kind="host")]
     topo.links.append(Link(src="hx", dst="island"))
-    inst = Instance(
-        topology=topo, jobs=[Job(id="j", workers=["h0_0_0"], ps="hx", update_bytes=1)]
-    )
+    inst = Instance(topology=topo, jobs=[Job(id="j", workers=["h0_0_0"], ps="hx", update_bytes=1)])
     with pytest.raises(InstanceError) as e:
         check_instance(inst)
     assert e.value.field == "jobs[0].ps" and "unreachable" in e.value.message
