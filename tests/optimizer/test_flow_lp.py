@@ -70,32 +70,28 @@ def test_incidence_certificate_catches_a_broken_column():
         check_incidence(net, start, index, value)
 
 
-def _knapsack_problem() -> FlowProblem:
-    # two jobs with pools of 1 and 2 slots compete for a switch with 2 slots
+def _two_arcs(*, pools, group_job, costs, slots) -> FlowProblem:
+    """Two groups, each with one candidate: switch 0."""
     return FlowProblem(
-        job_cap=np.array([1, 1]),
-        job_pool=np.array([1, 2]),
-        group_job=np.array([0, 1]),
+        job_cap=np.full(max(group_job) + 1, 2),
+        job_pool=np.array(pools),
+        group_job=np.array(group_job),
         arc_group=np.array([0, 1]),
         arc_switch=np.array([0, 0]),
-        arc_cost=np.array([-1.0, -1.5]),
-        switch_slots=np.array([2]),
+        arc_cost=np.array(costs),
+        switch_slots=np.array([slots]),
         switch_unit_cost=np.zeros(1),
     )
+
+
+def _knapsack_problem() -> FlowProblem:
+    # two jobs with pools of 1 and 2 slots compete for a switch with 2 slots
+    return _two_arcs(pools=[1, 2], group_job=[0, 1], costs=[-1.0, -1.5], slots=2)
 
 
 def _facility_problem() -> FlowProblem:
     # one job, two groups, both could be summed at switch 0, which has room for one pool
-    return FlowProblem(
-        job_cap=np.array([2]),
-        job_pool=np.array([1]),
-        group_job=np.array([0, 0]),
-        arc_group=np.array([0, 1]),
-        arc_switch=np.array([0, 0]),
-        arc_cost=np.array([-1.0, -1.0]),
-        switch_slots=np.array([1]),
-        switch_unit_cost=np.zeros(1),
-    )
+    return _two_arcs(pools=[1], group_job=[0, 0], costs=[-1.0, -1.0], slots=1)
 
 
 @pytest.mark.parametrize(
@@ -125,16 +121,7 @@ def test_milp_path_matches_brute_force_on_non_tu_problems(seed, facility):
 
 def _tie_problem() -> FlowProblem:
     # two jobs want the same single pool with equal benefit: two optimal vertices
-    return FlowProblem(
-        job_cap=np.array([1, 1]),
-        job_pool=np.array([1, 1]),
-        group_job=np.array([0, 1]),
-        arc_group=np.array([0, 1]),
-        arc_switch=np.array([0, 0]),
-        arc_cost=np.array([-1.0, -1.0]),
-        switch_slots=np.array([1]),
-        switch_unit_cost=np.zeros(1),
-    )
+    return _two_arcs(pools=[1, 1], group_job=[0, 1], costs=[-1.0, -1.0], slots=1)
 
 
 def test_tie_gives_a_vertex_with_production_settings():
