@@ -1,0 +1,88 @@
+"""INT as the strategies see it: per-link utilisation, queue and latency sampled from the
+simulator every `period_s`, averaged over `window_s`, and delivered `staleness_s` late.
+
+The simulator is a fluid model and has no queues; the queue a link would hold is estimated
+from its utilisation as an M/M/1 queue in packets, `pkt * u / (1 - u)`, capped by the
+buffer. That is what an INT queue-occupancy field would show on average.
+
+By default only background traffic is reported (`classes`): a collector can tell the
+aggregation protocol's packets apart by their UDP port, and a job's own streams are not
+congestion it should route around. Pass both classes to see everything.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..documents import LinkTelemetry, Telemetry
+from .core import BACKGROUND, Simulator
+
+PACKET_BYTES = 1500
+BUFFER_BYTES = 1_000_000
+LINK_LATENCY_US = 2.0
+MAX_UTIL_FOR_QUEUE = 0.98
+
+
+class IntObserver:
+    def __init__(
+        self,
+        sim: Simulator,
+        *,
+        period_s: float = 0.01,
+        window_s: float = 0.05,
+        staleness_s: float = 0.0,
+        classes: tuple[int, ...] = (BACKGROUND,),
+    ) -> None:
+        if period_s <= 0 or window_s < period_s:
+            raise ValueError("int: need period_s > 0 and window_s >= period_s")
+        self.sim = sim
+        self.period, self.window, self.staleness = period_s, window_s, staleness_s
+        self.classes = list(classes)
+        keep = int(np.ceil((window_s + staleness_s) / period_s)) + 3
+        self.samples: deque[tuple[float, np.ndarray]] = deque(maxlen=keep)
+
+    def start(self) -> None:
+        self._sample()
+
+    def _sample(self) -> None:
+        self.samples.append((self.sim.t, self.sim.link_bytes[self.classes].sum(axis=0)))
+        self.sim.after(self.period, self._sample)
+
+    def utilisation(self) -> np.ndarray:
+        """Per directed link, what INT shows now: the average over the window that ended
+        `staleness_s` ago (zeros before two samples exist)."""
+        t_obs = self.sim.t - self.staleness
+        newest = None
+        for i in range(len(self.samples) - 1, -1, -1):
+            if self.samples[i][0] <= t_obs + 1e-12:
+                newest = i
+                break
+        if newest is None or newest == 0:
+            return np.zeros(self.sim.fabric.n_links)
+        t1, b1 = self.samples[newest]
+        oldest = newest
+        while oldest > 0 and t1 - self.samples[oldest - 1][0] <= self.window + 1e-12:
+            oldest -= 1
+        if oldest == newest:
+            oldest = newest - 1
+        t0, b0 = self.samples[oldest]
+        util = (b1 - b0) * 8.0 / (self.sim.capacity * (t1 - t0))
+        return np.clip(util, 0.0, 1.0)
+
+    def telemetry(self) -> Telemetry:
+        util = self.utilisation()
+        u = np.minimum(util, MAX_UTIL_FOR_QUEUE)
+        queue = np.minimum(PACKET_BYTES * u / (1.0 - u), BUFFER_BYTES)
+        links = [
+            LinkTelemetry(
+                src=s,
+                dst=d,
+                utilization=round(float(util[i]), 4),
+                queue_bytes=round(float(queue[i]), 1),
+                latency_us=LINK_LATENCY_US,
+            )
+            for i, (s, d) in enumerate(self.sim.fabric.links)
+        ]
+        return Telemetry(links=links)

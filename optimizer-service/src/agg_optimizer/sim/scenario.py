@@ -1,0 +1,225 @@
+"""Scenarios: a fabric, background traffic, INT settings and training jobs, as one validated
+document, plus the named scenarios `agg-optimizer evaluate` knows.
+
+Every random draw of a run comes from the scenario's seed, split into independent streams
+(jobs, background), so all strategies of one seed see the same jobs and the same background
+flows (common random numbers: differences between strategies are not noise between runs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .. import engine
+from ..examples import MODEL_BYTES
+from ..topology import fat_tree, leaf_spine
+from .core import Simulator
+from .fabric import Fabric
+from .observe import IntObserver
+from .traffic import Background
+from .training import Cluster, IterationRecord, JobSpec
+
+# Strategies that read INT re-place their jobs every `replace_every` iterations; the others
+# decide once, when the job arrives (as the systems they stand for do).
+DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp"})
+# GPU compute per iteration (s), so communication overlaps realistic gaps between phases.
+COMPUTE_S = {"resnet50": 0.2, "vgg16": 0.3, "bert-large": 0.5}
+ModelName = Literal["resnet50", "vgg16", "bert-large"]
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    topology: Literal["fat-tree", "leaf-spine"] = "fat-tree"
+    k: int = Field(8, ge=2, description="Fat-tree arity (even).")
+    spines: int = Field(4, ge=1)
+    leaves: int = Field(8, ge=1)
+    hosts_per_leaf: int = Field(8, ge=1)
+    uplink_gbps: float | None = Field(None, gt=0, description="Leaf-spine uplinks.")
+    link_gbps: float = Field(10.0, gt=0)
+    slots: int = Field(1024, ge=0, description="Aggregator slots per switch.")
+    pool_slots: int = Field(128, ge=1, description="Slots of one job's pool on a switch.")
+    jobs: int = Field(6, ge=1)
+    workers: int = Field(16, ge=1, description="Workers per job.")
+    worker_placement: Literal["packed", "spread", "random"] = "random"
+    models: list[ModelName] = Field(default_factory=lambda: list(COMPUTE_S), min_length=1)
+    iterations: int = Field(8, ge=1)
+    arrival_interval_s: float = Field(
+        0.0, ge=0, description="Mean time between job arrivals; 0: all arrive at once."
+    )
+    background_load: float = Field(0.3, ge=0.0, le=0.9)
+    bg_size_alpha: float = Field(1.2, gt=0)
+    bg_size_min_bytes: float = Field(10e6, gt=0)
+    bg_size_max_bytes: float = Field(2e9, gt=0)
+    hotspots: int = Field(0, ge=0)
+    hotspot_flows: int = Field(8, ge=1)
+    hotspot_period_s: float = Field(2.0, gt=0)
+    int_period_s: float = Field(0.01, gt=0)
+    int_window_s: float = Field(0.05, gt=0)
+    int_staleness_s: float = Field(0.02, ge=0)
+    replace_every: int = Field(2, ge=0, description="Iterations between re-placements; 0: never.")
+    switching_penalty_s: float = Field(0.0, ge=0)
+    strategies: list[str] = Field(default_factory=lambda: list(engine.STRATEGIES), min_length=1)
+    seeds: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        if self.topology == "fat-tree" and self.k % 2:
+            raise ValueError(f"k: a fat-tree needs an even arity, got {self.k}")
+        if self.bg_size_max_bytes <= self.bg_size_min_bytes:
+            raise ValueError("bg_size_max_bytes: must be larger than bg_size_min_bytes")
+        if self.int_window_s < self.int_period_s:
+            raise ValueError("int_window_s: must be at least int_period_s")
+        unknown = [s for s in self.strategies if s not in engine.STRATEGIES]
+        if unknown:
+            raise ValueError(
+                f"strategies: unknown {', '.join(unknown)}; one of {', '.join(engine.STRATEGIES)}"
+            )
+        need = self.jobs * (self.workers + 1)
+        if need > self.n_hosts:
+            raise ValueError(
+                f"jobs: {self.jobs} jobs of {self.workers} workers and a PS need {need} hosts; "
+                f"the topology has {self.n_hosts}"
+            )
+        return self
+
+    @property
+    def n_hosts(self) -> int:
+        if self.topology == "fat-tree":
+            return self.k**3 // 4
+        return self.leaves * self.hosts_per_leaf
+
+    def fabric(self) -> Fabric:
+        if self.topology == "fat-tree":
+            topo = fat_tree(self.k, capacity_gbps=self.link_gbps, slots=self.slots)
+        else:
+            topo = leaf_spine(
+                self.spines,
+                self.leaves,
+                self.hosts_per_leaf,
+                capacity_gbps=self.link_gbps,
+                uplink_gbps=self.uplink_gbps,
+                slots=self.slots,
+            )
+        return Fabric.from_topology(topo)
+
+    def job_specs(self, fabric: Fabric, rng: np.random.Generator) -> list[JobSpec]:
+        free = list(fabric.hosts)  # topology order: racks are contiguous
+        racks = fabric.racks()
+        specs = []
+        t = 0.0
+        for i in range(self.jobs):
+            if self.worker_placement == "packed":
+                start = int(rng.integers(len(free)))
+                chosen = [free[(start + j) % len(free)] for j in range(self.workers)]
+            elif self.worker_placement == "spread":
+                order = [r for r in rng.permutation(sorted(racks))]
+                avail = {r: [h for h in racks[r] if h in free] for r in order}
+                chosen = []
+                while len(chosen) < self.workers:
+                    for r in order:
+                        if avail[r] and len(chosen) < self.workers:
+                            chosen.append(avail[r].pop(0))
+            else:
+                chosen = [free[j] for j in rng.choice(len(free), self.workers, replace=False)]
+            rest = [h for h in free if h not in set(chosen)]
+            ps = rest[int(rng.integers(len(rest)))]
+            free = [h for h in rest if h != ps]
+            model = self.models[int(rng.integers(len(self.models)))]
+            specs.append(
+                JobSpec(
+                    id=f"job{i}",
+                    workers=chosen,
+                    ps=ps,
+                    update_bytes=MODEL_BYTES[model],
+                    iterations=self.iterations,
+                    compute_s=COMPUTE_S[model],
+                    arrival_s=t,
+                    model=model,
+                )
+            )
+            if self.arrival_interval_s:
+                t += float(rng.exponential(self.arrival_interval_s))
+        return specs
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    strategy: str
+    seed: int
+    records: list[IterationRecord]
+    sim_time_s: float
+    wall_s: float
+    events: int
+    rate_solves: int
+    background_flows: int
+    placements: int
+    skipped_pools: int
+
+    def ccts(self) -> np.ndarray:
+        return np.array([r.cct_s for r in self.records])
+
+
+def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
+    """Simulate every job of `scenario` to its last iteration under `strategy`."""
+    t0 = time.perf_counter()
+    root = np.random.SeedSequence([seed, 0xA66])
+    job_seq, bg_seq = root.spawn(2)
+    fabric = scenario.fabric()
+    sim = Simulator(fabric)
+    observer = IntObserver(
+        sim,
+        period_s=scenario.int_period_s,
+        window_s=scenario.int_window_s,
+        staleness_s=scenario.int_staleness_s,
+    )
+    bg = Background(
+        sim,
+        np.random.default_rng(bg_seq),
+        load=scenario.background_load,
+        size_alpha=scenario.bg_size_alpha,
+        size_min_bytes=scenario.bg_size_min_bytes,
+        size_max_bytes=scenario.bg_size_max_bytes,
+        hotspots=scenario.hotspots,
+        hotspot_flows=scenario.hotspot_flows,
+        hotspot_period_s=scenario.hotspot_period_s,
+    )
+    cluster = Cluster(
+        sim,
+        observer,
+        lambda inst: engine.solve(inst, strategy, seed=seed),
+        slots=scenario.slots,
+        pool_slots=scenario.pool_slots,
+        replace_every=scenario.replace_every if strategy in DYNAMIC else 0,
+        switching_penalty_s=scenario.switching_penalty_s,
+    )
+    specs = scenario.job_specs(fabric, np.random.default_rng(job_seq))
+    observer.start()
+    bg.start()
+    # Let background traffic and INT reach a steady state before the first job arrives.
+    warmup = max(scenario.int_window_s + scenario.int_staleness_s, 0.5)
+    for s in specs:
+        s.arrival_s += warmup
+    cluster.submit(specs)
+    sim.run(stop=lambda: cluster.finished)
+    return RunResult(
+        scenario=scenario.name,
+        strategy=strategy,
+        seed=seed,
+        records=cluster.records,
+        sim_time_s=sim.t,
+        wall_s=time.perf_counter() - t0,
+        events=sim.events_run,
+        rate_solves=sim.rate_solves,
+        background_flows=bg.started,
+        placements=cluster.placements,
+        skipped_pools=cluster.skipped_pools,
+    )

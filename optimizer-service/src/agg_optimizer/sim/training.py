@@ -1,0 +1,255 @@
+"""Training jobs on the simulated fabric: iterations of compute then communication, with
+the aggregation a strategy placed, slot pools held on switches, and re-placement.
+
+Streaming aggregation. A switch that sums a job's streams emits each chunk of the merged
+stream once every input has delivered that chunk, and its slot pool bounds how far an input
+may run ahead. At flow level this makes every stream feeding an aggregator, the merged
+stream it emits, and recursively everything below it, advance at one rate: the rate of the
+slowest of them. So a job's communication is a set of *components*: one per aggregator that
+sends straight to the parameter server (PS), holding every stream of its subtree, plus one
+per worker whose stream no switch sums. The PS receives one stream per component (incast).
+A component is one `Flow` with a stream count per link, so max-min sharing gives each stream
+the same share on a bottleneck and the component the rate of its slowest link.
+
+Slots. Each switch has `slots`; a job summing there holds a pool of `pool_slots` until it
+moves or ends. An aggregator that finds no free pool is skipped: the job passes through it
+unaggregated, and its streams go on to the next aggregator or the PS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..documents import Instance, Job, JobPlacement, Placement, Topology
+from .core import AGGREGATION, Flow, Simulator
+from .observe import IntObserver
+
+Placer = Callable[[Instance], Placement]
+
+
+@dataclass
+class JobSpec:
+    id: str
+    workers: list[str]
+    ps: str
+    update_bytes: int
+    iterations: int
+    compute_s: float
+    arrival_s: float = 0.0
+    model: str = ""
+
+
+@dataclass
+class IterationRecord:
+    job: str
+    iteration: int
+    start_s: float
+    cct_s: float
+    aggregators: int  # switches that summed this iteration
+    ps_streams: int  # streams into the PS
+    model: str
+
+
+@dataclass
+class _Running:
+    spec: JobSpec
+    placement: JobPlacement | None = None
+    held: set[str] = field(default_factory=set)  # switches where the job holds a pool
+    iteration: int = 0
+    outstanding: int = 0
+    comm_start: float = 0.0
+    done: bool = False
+    aggs_now: int = 0
+    ps_now: int = 0
+
+
+def components(placement: JobPlacement, held: set[str], ps: str) -> list[list[list[str]]]:
+    """The job's streams grouped by the rate they move at: each item is a list of node paths
+    (segments) that advance together. Aggregators not in `held` are passed through."""
+    paths = placement.worker_paths
+    suffix: dict[str, list[str]] = {}
+    for path in paths.values():
+        for i, v in enumerate(path[1:-1], start=1):
+            if v in held and v not in suffix:
+                suffix[v] = path[i:]
+
+    def cut(path: list[str]) -> tuple[list[str], str]:
+        """From path[0] up to the first holding aggregator (or the PS)."""
+        for i, v in enumerate(path[1:-1], start=1):
+            if v in held:
+                return path[: i + 1], v
+        return path, ps
+
+    up: dict[str, str] = {}
+    seg_of: dict[str, list[str]] = {}
+    for a, sfx in suffix.items():
+        seg_of[a], up[a] = cut(sfx)
+
+    def root(a: str) -> str:
+        while up[a] != ps:
+            a = up[a]
+        return a
+
+    groups: dict[str, list[list[str]]] = {a: [] for a in suffix if up[a] == ps}
+    for a in suffix:
+        groups[root(a)].append(seg_of[a])
+    raw: list[list[list[str]]] = []
+    for w in sorted(paths):
+        seg, to = cut(paths[w])
+        if to == ps:
+            raw.append([seg])
+        else:
+            groups[root(to)].append(seg)
+    return [groups[a] for a in sorted(groups)] + raw
+
+
+class Cluster:
+    """The jobs of one run under one strategy."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        observer: IntObserver,
+        placer: Placer,
+        *,
+        slots: int,
+        pool_slots: int,
+        replace_every: int = 0,
+        switching_penalty_s: float = 0.0,
+    ) -> None:
+        self.sim = sim
+        self.fabric = sim.fabric
+        self.observer = observer
+        self.placer = placer
+        self.pool_slots = pool_slots
+        self.replace_every = replace_every
+        self.switching_penalty_s = switching_penalty_s
+        topo: Topology = self.fabric.topology
+        self.free = {n.id: slots for n in topo.nodes if n.kind == "switch" and n.programmable}
+        self.jobs: dict[str, _Running] = {}
+        self.records: list[IterationRecord] = []
+        self.placements = 0
+        self.skipped_pools = 0  # aggregators passed through for want of a pool
+
+    # -- arrivals ---------------------------------------------------------------------------
+
+    def submit(self, specs: list[JobSpec]) -> None:
+        """Jobs arriving together are placed together."""
+        by_time: dict[float, list[JobSpec]] = {}
+        for s in specs:
+            by_time.setdefault(s.arrival_s, []).append(s)
+        for t, batch in sorted(by_time.items()):
+            self.sim.at(t, lambda batch=batch: self._arrive(batch))
+
+    def _arrive(self, batch: list[JobSpec]) -> None:
+        for s in batch:
+            self.jobs[s.id] = _Running(spec=s)
+        self._place([self.jobs[s.id] for s in batch])
+        for s in batch:
+            self._next_iteration(self.jobs[s.id])
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.jobs) and all(r.done for r in self.jobs.values())
+
+    # -- placement --------------------------------------------------------------------------
+
+    def _place(self, runs: list[_Running]) -> None:
+        """Ask the strategy for `runs` given current INT and the pools other jobs hold."""
+        topo: Topology = self.fabric.topology
+        mine = {r.spec.id for r in runs}
+        residual = dict(self.free)
+        for r in runs:
+            for s in r.held:
+                residual[s] += self.pool_slots
+        nodes = [
+            n.model_copy(update={"slots": residual[n.id]}) if n.id in residual else n
+            for n in topo.nodes
+        ]
+        inst = Instance(
+            topology=Topology(nodes=nodes, links=topo.links),
+            telemetry=self.observer.telemetry(),
+            jobs=[
+                Job(
+                    id=r.spec.id,
+                    workers=r.spec.workers,
+                    ps=r.spec.ps,
+                    update_bytes=r.spec.update_bytes,
+                    pool_slots=self.pool_slots,
+                )
+                for r in runs
+            ],
+            current={r.spec.id: sorted(r.held) for r in runs if r.held},
+            switching_penalty_s=self.switching_penalty_s,
+        )
+        placement = self.placer(inst)
+        self.placements += 1
+        by_id = {jp.job_id: jp for jp in placement.jobs}
+        for r in runs:
+            jp = by_id[r.spec.id]
+            want = {a.switch for a in jp.aggregators}
+            for s in r.held - want:
+                self.free[s] += self.pool_slots
+            r.held &= want
+            for s in sorted(want - r.held):
+                if self.free.get(s, 0) >= self.pool_slots:
+                    self.free[s] -= self.pool_slots
+                    r.held.add(s)
+                else:
+                    self.skipped_pools += 1
+            r.placement = jp
+        assert mine == set(by_id)
+
+    # -- iterations -------------------------------------------------------------------------
+
+    def _next_iteration(self, r: _Running) -> None:
+        self.sim.after(r.spec.compute_s, lambda: self._communicate(r))
+
+    def _communicate(self, r: _Running) -> None:
+        assert r.placement is not None
+        comps = components(r.placement, r.held, r.spec.ps)
+        r.outstanding = len(comps)
+        r.comm_start = self.sim.t
+        r.aggs_now = len(r.held)
+        r.ps_now = len(comps)
+        for segs in comps:
+            idx = np.concatenate([self.fabric.path_links(p) for p in segs])
+            links, mult = np.unique(idx, return_counts=True)
+            self.sim.add(
+                Flow(
+                    links,
+                    mult.astype(float),
+                    float(r.spec.update_bytes),
+                    AGGREGATION,
+                    on_done=lambda _f, r=r: self._component_done(r),
+                )
+            )
+
+    def _component_done(self, r: _Running) -> None:
+        r.outstanding -= 1
+        if r.outstanding:
+            return
+        self.records.append(
+            IterationRecord(
+                job=r.spec.id,
+                iteration=r.iteration,
+                start_s=r.comm_start,
+                cct_s=self.sim.t - r.comm_start,
+                aggregators=r.aggs_now,
+                ps_streams=r.ps_now,
+                model=r.spec.model,
+            )
+        )
+        r.iteration += 1
+        if r.iteration >= r.spec.iterations:
+            r.done = True
+            for s in r.held:
+                self.free[s] += self.pool_slots
+            r.held = set()
+            return
+        if self.replace_every and r.iteration % self.replace_every == 0:
+            self._place([r])
+        self._next_iteration(r)
