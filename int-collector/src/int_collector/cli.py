@@ -92,6 +92,8 @@ def _jsonable(o: Any) -> Any:
             for f in dataclasses.fields(o)
             if getattr(o, f.name) is not None
         }
+    if isinstance(o, tuple) and hasattr(o, "_asdict"):
+        return {k: _jsonable(v) for k, v in o._asdict().items()}
     if isinstance(o, list | tuple):
         return [_jsonable(x) for x in o]
     return o
@@ -100,12 +102,12 @@ def _jsonable(o: Any) -> Any:
 @app.command()
 def decode(
     hex_data: Annotated[
-        str | None, typer.Argument(help="UDP payload in hex (default: stdin)")
+        list[str] | None, typer.Argument(help="UDP payload in hex, may be split (default: stdin)")
     ] = None,
     int_udp_port: Annotated[list[int] | None, typer.Option(help="UDP ports that mark INT")] = None,
 ) -> None:
     """Decode one report (hex) and print it as JSON."""
-    text = hex_data if hex_data is not None else sys.stdin.read()
+    text = "".join(hex_data) if hex_data else sys.stdin.read()
     try:
         data = bytes.fromhex("".join(text.split()))
     except ValueError as e:

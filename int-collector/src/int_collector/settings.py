@@ -25,7 +25,9 @@ class Settings(BaseSettings):
     # Where reports arrive
     listen_host: str = "0.0.0.0"
     listen_port: int = Field(32766, ge=0, le=65535)
-    workers: int = Field(1, ge=1, le=64, description="receiving processes (SO_REUSEPORT)")
+    # > 1: set SO_REUSEPORT so that many `serve` processes (started by you) share the port;
+    # the kernel spreads senders over them and each keeps its own state.
+    workers: int = Field(1, ge=1, le=64)
     receive_buffer_bytes: int = Field(8 * 1024 * 1024, ge=65536)
     http_host: str = "127.0.0.1"
     http_port: int = Field(9273, ge=0, le=65535, description="/metrics and /healthz; 0: any")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 # Spec constants -------------------------------------------------------------------------
 
@@ -108,9 +108,9 @@ class Hop:
     drop_reason: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Flow:
-    """The monitored packet's 5-tuple (addresses as packed bytes, 4 or 16 long)."""
+class Flow(NamedTuple):
+    """The monitored packet's 5-tuple (addresses as packed bytes, 4 or 16 long); a tuple,
+    so hashing and comparing it (the flow table's key) run in C."""
 
     src: bytes
     dst: bytes
@@ -256,7 +256,6 @@ class Report:
     local: Hop | None = None
     ingress_ts: int | None = None  # v1 fixed header
     domain_id: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
     def hops(self) -> list[Hop]:
         """Hops newest first, as `Hop` records (slow path: tests, CLI, docs)."""
