@@ -96,18 +96,20 @@ def main() -> None:
     if default_binary().is_file():
         server = InfluxServer()
         server.start()
-    print(f"\nEnd to end over UDP loopback, {args.seconds:.0f} s per rate, "
-          f"InfluxDB: {'1.8.10 (local)' if server else 'none (writes fail, backlog grows)'}\n")  # fmt: skip
+    where = "1.8.10 (local)" if server else "none (writes fail, backlog grows)"
+    print(f"\nEnd to end over UDP loopback, {args.seconds:.0f} s per rate, InfluxDB: {where}\n")
     print(
-        "| offered (reports/s) | sent | achieved send rate | decoded | loss | points written | collector CPU |"
+        "| offered (reports/s) | sent | achieved send rate | decoded | loss "
+        "| points written | collector CPU |"
     )
     print("|---|---|---|---|---|---|---|")
     try:
         for rate in args.rates:
             r = end_to_end(rate, args.seconds, server)
             print(
-                f"| {rate:,.0f} | {r['sent']:,} | {r['achieved_send_rate']:,.0f} | {r['decoded']:,} "
-                f"| {100 * r['loss']:.3f}% | {r['points']:,} | {100 * r['collector_cpu']:.0f}% |"
+                f"| {rate:,.0f} | {r['sent']:,} | {r['achieved_send_rate']:,.0f} "
+                f"| {r['decoded']:,} | {100 * r['loss']:.3f}% | {r['points']:,} "
+                f"| {100 * r['collector_cpu']:.0f}% |"
             )
     finally:
         if server is not None:
