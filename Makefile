@@ -2,7 +2,7 @@
 UV ?= uv
 RUN := $(UV) run --frozen
 
-.PHONY: all sync lint test demo bench-solve clean
+.PHONY: all sync lint test demo bench-solve clean influxdb bench-collector
 
 all: test
 
@@ -13,7 +13,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 
-test: lint
+test: lint influxdb
 	$(RUN) pytest
 
 demo: sync
@@ -26,3 +26,15 @@ bench-solve: sync
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache
+
+# InfluxDB 1.8.10 built from the Go module proxy, cached outside the repository
+# (${XDG_CACHE_HOME:-~/.cache}/innet-agg/influxdb-1.8.10); the collector's tests start it.
+INFLUXD_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-agg/influxdb-1.8.10
+export INNET_AGG_INFLUXD := $(INFLUXD_CACHE)/bin/influxd
+
+influxdb:
+	int-collector/scripts/build-influxd.sh "$(INFLUXD_CACHE)" >/dev/null
+
+# Decode and end-to-end (UDP loopback) throughput of the collector (see docs/benchmarks/collector.md).
+bench-collector: sync influxdb
+	$(RUN) python int-collector/benchmarks/decode_bench.py

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build InfluxDB 1.8.10's server from the Go module proxy into a cache outside the
+# repository, once. 1.8.10 is the last release that builds with Go alone (later ones need
+# Rust for Flux); the tests use its v2-compatible API (/api/v2/write, /api/v2/query).
+# Usage: build-influxd.sh [CACHE_DIR]; prints the path of the binary.
+set -euo pipefail
+version=1.8.10
+cache="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/innet-agg/influxdb-$version}"
+bin="$cache/bin/influxd"
+if [ -x "$bin" ] && "$bin" version 2>/dev/null | grep -q "v$version"; then
+  echo "$bin"
+  exit 0
+fi
+command -v go >/dev/null || { echo "build-influxd: Go is needed to build InfluxDB $version (https://go.dev/dl/)" >&2; exit 1; }
+mkdir -p "$cache"
+tmp="$(mktemp -d "$cache/build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+echo "build-influxd: building influxd $version from the Go module proxy (a few minutes, once)" >&2
+# GOFLAGS=-mod=mod: a go.work or vendor directory around the caller must not interfere.
+GOBIN="$tmp" GOFLAGS=-mod=mod GOWORK=off \
+  go install -ldflags "-X main.version=$version -X main.branch=$version -X main.commit=module-proxy" \
+  "github.com/influxdata/influxdb/cmd/influxd@v$version" >&2
+mkdir -p "$cache/bin"
+mv "$tmp/influxd" "$bin"
+"$bin" version >&2
+echo "$bin"

@@ -1,0 +1,408 @@
+"""Derived state: per link (switch, egress port, queue), per flow, per reporting switch.
+
+Everything here is bounded: links by `max_links`, flows by an LRU of `max_flows`, sequence
+trackers by the link bound. Change detection decides which series are written: a series
+is due when a smoothed value moved by at least max(absolute, relative x last written)
+since its last point, or when `keepalive_s` has passed (docs/telemetry-schema.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .settings import Settings
+from .wire import Flow, Report
+
+
+@dataclass(slots=True)
+class Point:
+    """One InfluxDB point, before line-protocol encoding."""
+
+    measurement: str
+    tags: dict[str, str]
+    fields: dict[str, float | int | str]
+    time_ns: int
+
+
+class LinkState:
+    __slots__ = (
+        "dirty",
+        "last_seen_ns",
+        "latency",
+        "latency_max",
+        "port",
+        "queue",
+        "queue_max",
+        "queue_occupancy",
+        "samples",
+        "switch",
+        "util",
+        "util_bytes",
+        "util_last_ts",
+        "util_start",
+        "written",
+        "written_at",
+    )
+
+    def __init__(self, switch: int, port: int, queue: int | None) -> None:
+        self.switch, self.port, self.queue = switch, port, queue
+        self.latency: float | None = None  # EWMA, ns
+        self.latency_max = 0.0
+        self.queue_occupancy: float | None = None  # EWMA, device units
+        self.queue_max = 0.0
+        self.util: float | None = None  # EWMA, fraction of line rate
+        self.util_bytes = 0
+        self.util_start: int | None = None
+        self.util_last_ts: int | None = None
+        self.samples = 0
+        self.dirty = False
+        self.written: tuple[float | None, float | None, float | None] | None = None
+        self.written_at = 0.0
+        self.last_seen_ns = 0
+
+
+class FlowState:
+    __slots__ = ("dirty", "last_seen_ns", "latency", "path", "sink", "written", "written_at")
+
+    def __init__(self, sink: int) -> None:
+        self.sink = sink
+        self.path: tuple[int, ...] = ()
+        self.latency: float | None = None  # EWMA of the sum of hop latencies, ns
+        self.dirty = False
+        self.written: tuple[tuple[int, ...], float | None] | None = None
+        self.written_at = 0.0
+        self.last_seen_ns = 0
+
+
+class SequenceTracker:
+    """Report loss per (node, hw_id) from Telemetry Report sequence numbers.
+
+    A forward gap counts as loss; a report up to `window` behind the newest is late (it was
+    counted lost, so loss goes back down by one); further behind means the switch restarted.
+    A repeated number is counted apart: ONOS's bmv2 int.p4 always sends 0.
+    """
+
+    __slots__ = (
+        "last",
+        "late",
+        "lost",
+        "modulus",
+        "received",
+        "repeated",
+        "restarts",
+        "window",
+        "written",
+        "written_at",
+    )
+
+    def __init__(self, bits: int, window: int = 1024) -> None:
+        self.modulus = 1 << bits
+        self.window = window
+        self.last: int | None = None
+        self.received = self.lost = self.late = self.repeated = self.restarts = 0
+        self.written: int | None = None  # `lost` when last written
+        self.written_at = 0.0
+
+    def observe(self, seq: int) -> int:
+        """Account for one report; returns the change in `lost`."""
+        self.received += 1
+        if self.last is None:
+            self.last = seq
+            return 0
+        ahead = (seq - self.last) % self.modulus
+        if ahead == 0:
+            self.repeated += 1
+            return 0
+        if ahead < self.modulus // 2:
+            self.last = seq
+            self.lost += ahead - 1
+            return ahead - 1
+        behind = self.modulus - ahead
+        if behind <= self.window:
+            self.late += 1
+            if self.lost:
+                self.lost -= 1
+                return -1
+            return 0
+        self.restarts += 1
+        self.last = seq
+        return 0
+
+
+def _moved(new: float | None, old: float | None, absolute: float, relative: float) -> bool:
+    if new is None:
+        return False
+    if old is None:
+        return True
+    return abs(new - old) >= max(absolute, relative * abs(old))
+
+
+def flow_text(flow: Flow) -> str:
+    src, dst = ipaddress.ip_address(flow.src), ipaddress.ip_address(flow.dst)
+    return f"{src}:{flow.sport}>{dst}:{flow.dport}/{flow.proto}"
+
+
+class Fabric:
+    """All derived state of one receiving process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.alpha = settings.ewma_alpha
+        self.links: dict[tuple[int, int, int | None], LinkState] = {}
+        self.flows: OrderedDict[Flow, FlowState] = OrderedDict()
+        self.seq: dict[tuple[int, int], SequenceTracker] = {}
+        self.links_full = 0  # hops not tracked because max_links was reached
+        self.hops_unattributed = 0  # hops without node ID or egress port
+        self.lost_total = 0
+        self._last_time_ns = 0
+
+    # Hot path -----------------------------------------------------------------------------
+
+    def observe(self, r: Report, now_ns: int) -> None:
+        """Fold one decoded report into link, flow and sequence state."""
+        key = (r.node_id, r.hw_id)
+        tr = self.seq.get(key)
+        if tr is None:
+            if len(self.seq) >= self.s.max_links:
+                self.links_full += 1
+            else:
+                tr = self.seq[key] = SequenceTracker(22 if r.family == "v2" else 32)
+        if tr is not None:
+            self.lost_total += tr.observe(r.seq)
+
+        unit = self.s.v2_time_unit_ns if r.family == "v2" else self.s.v1_time_unit_ns
+        ts_bits = 64 if r.family == "v2" else 32
+        lay = r.layout
+        total_latency = 0.0
+        have_latency = False
+        path: list[int] = []
+        if lay is not None and r.hop_count:
+            w = lay.width
+            st = r.stack
+            i_node, i_port, i_lat = lay.i_node_id, lay.i_egress_port, lay.i_hop_latency
+            i_q, i_ts, i_tx = lay.i_queue, lay.i_egress_ts, lay.i_tx_utilization
+            inv = lay.invalid
+            for base in range(0, w * r.hop_count, w):
+                node = st[base + i_node] if i_node >= 0 else None
+                if node is not None and node == inv[i_node]:
+                    node = None
+                if node is not None:
+                    path.append(node)
+                lat = None
+                if i_lat >= 0:
+                    v = st[base + i_lat]
+                    if v != inv[i_lat]:
+                        lat = v * unit
+                        total_latency += lat
+                        have_latency = True
+                if node is None or i_port < 0 or st[base + i_port] == inv[i_port]:
+                    self.hops_unattributed += 1
+                    continue
+                q = None
+                occ = None
+                if i_q >= 0:
+                    v = st[base + i_q]
+                    if v != inv[i_q]:
+                        q, occ = v >> 24, v & 0xFFFFFF
+                ts = None
+                if i_ts >= 0:
+                    v = st[base + i_ts]
+                    if v != inv[i_ts]:
+                        ts = v
+                tx = None
+                if i_tx >= 0:
+                    v = st[base + i_tx]
+                    if v != inv[i_tx]:
+                        tx = v
+                self._link(
+                    node, st[base + i_port], q, lat, occ, tx, ts, unit, ts_bits,
+                    r.packet_length, now_ns,
+                )  # fmt: skip
+        if r.local is not None:
+            loc = r.local
+            lat = None if loc.hop_latency is None else loc.hop_latency * unit
+            if lat is not None:
+                total_latency += lat
+                have_latency = True
+            if not path or path[0] != r.node_id:
+                path.insert(0, r.node_id)
+            if loc.egress_port is not None:
+                self._link(
+                    r.node_id, loc.egress_port, loc.queue_id, lat, loc.queue_occupancy,
+                    loc.tx_utilization, loc.egress_ts, unit, ts_bits, r.packet_length, now_ns,
+                )  # fmt: skip
+        if r.flow is not None and path:
+            self._flow(r.flow, r.node_id, path, total_latency if have_latency else None, now_ns)
+
+    def _link(
+        self,
+        node: int,
+        port: int,
+        queue: int | None,
+        lat: float | None,
+        occ: int | None,
+        tx: int | None,
+        ts: int | None,
+        unit: float,
+        ts_bits: int,
+        length: int | None,
+        now_ns: int,
+    ) -> None:
+        key = (node, port, queue)
+        ls = self.links.get(key)
+        if ls is None:
+            if len(self.links) >= self.s.max_links:
+                self.links_full += 1
+                return
+            ls = self.links[key] = LinkState(node, port, queue)
+        a = self.alpha
+        if lat is not None:
+            ls.latency = lat if ls.latency is None else ls.latency + a * (lat - ls.latency)
+            if lat > ls.latency_max:
+                ls.latency_max = lat
+        if occ is not None:
+            ls.queue_occupancy = (
+                occ
+                if ls.queue_occupancy is None
+                else ls.queue_occupancy + a * (occ - ls.queue_occupancy)
+            )
+            if occ > ls.queue_max:
+                ls.queue_max = occ
+        util = None
+        if tx is not None:
+            util = tx / self.s.tx_utilization_full_scale
+        elif ts is not None and length is not None:
+            util = self._util_from_bytes(ls, ts, unit, ts_bits, length)
+        if util is not None:
+            ls.util = util if ls.util is None else ls.util + a * (util - ls.util)
+        ls.samples += 1
+        ls.dirty = True
+        ls.last_seen_ns = now_ns
+
+    def _util_from_bytes(
+        self, ls: LinkState, ts: int, unit: float, ts_bits: int, length: int
+    ) -> float | None:
+        """Bytes of reported packets over device time: a lower bound unless every packet
+        on the link is reported."""
+        if ls.util_start is None or ls.util_last_ts is None:
+            ls.util_start, ls.util_last_ts, ls.util_bytes = ts, ts, length
+            return None
+        step = (ts - ls.util_last_ts) % (1 << ts_bits)
+        if step > (1 << (ts_bits - 1)):  # clock went back (reordering or wrap confusion)
+            ls.util_start, ls.util_last_ts, ls.util_bytes = ts, ts, length
+            return None
+        ls.util_last_ts = ts
+        span_ns = ((ts - ls.util_start) % (1 << ts_bits)) * unit
+        if span_ns < self.s.utilization_window_ns:
+            ls.util_bytes += length
+            return None
+        util = ls.util_bytes * 8 / (span_ns * 1e-9 * self.s.link_speed_bps)
+        ls.util_start, ls.util_bytes = ts, length
+        return min(util, 1.0) if util >= 0 else None
+
+    def _flow(
+        self, flow: Flow, sink: int, path: list[int], latency: float | None, now_ns: int
+    ) -> None:
+        fs = self.flows.get(flow)
+        if fs is None:
+            fs = self.flows[flow] = FlowState(sink)
+            if len(self.flows) > self.s.max_flows:
+                self.flows.popitem(last=False)
+        else:
+            self.flows.move_to_end(flow)
+        path.reverse()  # INT stacks are newest first; a path reads source to sink
+        fs.path = tuple(path)
+        fs.sink = sink
+        if latency is not None:
+            fs.latency = (
+                latency if fs.latency is None else fs.latency + self.alpha * (latency - fs.latency)
+            )
+        fs.dirty = True
+        fs.last_seen_ns = now_ns
+
+    # Change detection -------------------------------------------------------------------------
+
+    def _stamp(self, t: int) -> int:
+        # Unique, increasing timestamps: two points of a series never overwrite each other.
+        t = max(t, self._last_time_ns + 1)
+        self._last_time_ns = t
+        return t
+
+    def due_points(self, now: float | None = None, force: bool = False) -> list[Point]:
+        """Points for every series that changed past its threshold or needs a keep-alive
+        (`force`: every series with news since its last point, as on shutdown)."""
+        now = time.time() if now is None else now
+        s = self.s
+        rel = s.relative_threshold
+        keepalive = s.keepalive_s
+        out: list[Point] = []
+        for ls in self.links.values():
+            stale = now - ls.written_at >= keepalive and ls.samples > 0
+            if not ls.dirty and not stale:
+                continue
+            ls.dirty = False
+            w = ls.written
+            if (
+                not stale
+                and not force
+                and w is not None
+                and not (
+                    _moved(ls.latency, w[0], s.latency_threshold_ns, rel)
+                    or _moved(ls.queue_occupancy, w[1], s.queue_threshold, rel)
+                    or _moved(ls.util, w[2], s.utilization_threshold, rel)
+                )
+            ):
+                continue
+            fields: dict[str, float | int | str] = {"samples": ls.samples}
+            if ls.latency is not None:
+                fields["latency_ns"] = float(ls.latency)
+                fields["latency_max_ns"] = float(ls.latency_max)
+            if ls.queue_occupancy is not None:
+                fields["queue_occupancy"] = float(ls.queue_occupancy)
+                fields["queue_occupancy_max"] = float(ls.queue_max)
+            if ls.util is not None:
+                fields["utilization"] = float(ls.util)
+            tags = {"switch": str(ls.switch), "port": str(ls.port)}
+            if ls.queue is not None:
+                tags["queue"] = str(ls.queue)
+            out.append(Point("int_link", tags, fields, self._stamp(ls.last_seen_ns)))
+            ls.written = (ls.latency, ls.queue_occupancy, ls.util)
+            ls.written_at = now
+            ls.samples = 0
+            ls.latency_max = 0.0
+            ls.queue_max = 0.0
+        for flow, fs in self.flows.items():
+            stale = now - fs.written_at >= keepalive and fs.dirty
+            if not fs.dirty:
+                continue
+            fs.dirty = False
+            w = fs.written
+            if (
+                not stale
+                and not force
+                and w is not None
+                and w[0] == fs.path
+                and not _moved(fs.latency, w[1], s.latency_threshold_ns, rel)
+            ):
+                continue
+            fields = {"flow": flow_text(flow), "path": ",".join(map(str, fs.path))}
+            fields["hops"] = len(fs.path)
+            if fs.latency is not None:
+                fields["latency_ns"] = float(fs.latency)
+            out.append(
+                Point("int_flow", {"switch": str(fs.sink)}, fields, self._stamp(fs.last_seen_ns))
+            )
+            fs.written = (fs.path, fs.latency)
+            fs.written_at = now
+        now_ns = time.time_ns()
+        for (node, hw), tr in self.seq.items():
+            if tr.written == tr.lost and now - tr.written_at < keepalive:
+                continue
+            fields = {"received": tr.received, "lost": tr.lost, "repeated": tr.repeated}
+            tags = {"switch": str(node), "hw_id": str(hw)}
+            out.append(Point("int_reports", tags, fields, self._stamp(now_ns)))
+            tr.written, tr.written_at = tr.lost, now
+        return out

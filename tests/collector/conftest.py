@@ -1,0 +1,98 @@
+"""Fixtures: a real InfluxDB 1.8.10 (built by `make influxdb`), started once per session."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from influxdb_client import InfluxDBClient
+
+from int_collector.influxd import InfluxServer, default_binary
+from int_collector.service import Collector
+from int_collector.settings import Settings, load_settings
+
+
+def _server() -> InfluxServer:
+    binary = default_binary()
+    if not binary.is_file():
+        if os.environ.get("INNET_AGG_INFLUXD"):  # under `make test`: the build must have run
+            pytest.fail(f"influxd missing at {binary}: `make influxdb` should have built it")
+        pytest.skip(f"no influxd at {binary}: run `make influxdb` (needs Go) to run this test")
+    return InfluxServer(binary)
+
+
+@pytest.fixture(scope="session")
+def influx() -> Iterator[InfluxServer]:
+    srv = _server()
+    srv.start()
+    yield srv
+    srv.stop(remove=True)
+
+
+@pytest.fixture
+def fresh_server() -> Iterator[InfluxServer]:
+    """A server of its own, for tests that stop and restart it."""
+    srv = _server()
+    srv.start()
+    yield srv
+    srv.stop(remove=True)
+
+
+@dataclass
+class Db:
+    server: InfluxServer
+    bucket: str
+
+    def flux(self, body: str) -> list[dict]:
+        """Run `from(bucket) |> range(start: 0) |> body` through influxdb-client's Flux path."""
+        q = f'from(bucket: "{self.bucket}") |> range(start: 0) {body}'
+        with InfluxDBClient(url=self.server.url, token="", org="-", timeout=20_000) as c:
+            tables = c.query_api().query(q, org="-")
+        return [rec.values for t in tables for rec in t.records]
+
+
+@pytest.fixture
+def db(influx: InfluxServer) -> Db:
+    name = "t" + uuid.uuid4().hex[:12]
+    influx.query_v1(f'CREATE DATABASE "{name}"')
+    return Db(influx, f"{name}/autogen")
+
+
+def settings_for(db_or_server: Db | InfluxServer | None, **kw: object) -> Settings:
+    base: dict[str, object] = dict(
+        listen_host="127.0.0.1", listen_port=0, http_port=0, flush_interval_s=0.1, tick_s=0.05
+    )
+    if isinstance(db_or_server, Db):
+        base.update(influx_url=db_or_server.server.url, influx_bucket=db_or_server.bucket)
+    elif isinstance(db_or_server, InfluxServer):
+        base.update(influx_url=db_or_server.url, influx_bucket=db_or_server.bucket)
+    base.update(kw)
+    return load_settings(None, **base)
+
+
+class Running:
+    """A Collector receiving on a thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.c = Collector(settings)
+        self.c.serve_http()
+        self.t = threading.Thread(target=self.c.run, daemon=True)
+        self.t.start()
+
+    def stop(self) -> None:
+        self.c.stop()
+        self.t.join(10)
+        self.c.close(timeout_s=10)
+
+
+@pytest.fixture
+def running() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for r in started:
+        if r.t.is_alive():
+            r.stop()

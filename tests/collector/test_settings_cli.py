@@ -1,0 +1,113 @@
+"""Settings errors name the field; the CLI answers bad input with one line and status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from int_collector.settings import SettingsError, load_settings
+from int_collector.wire import Decoder
+
+from .test_vectors import SPEC_TR_TCP
+
+
+def test_defaults_and_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = load_settings()
+    assert (s.listen_port, s.influx_org, s.influx_bucket) == (32766, "-", "telemetry/autogen")
+    f = tmp_path / "c.toml"
+    f.write_text(
+        '[int_collector]\nlisten_port = 4000\ninflux_bucket = "b"\nint_udp_ports = [5000]\n'
+    )
+    monkeypatch.setenv("INT_COLLECTOR_INFLUX_BUCKET", "from-env")
+    s = load_settings(f)
+    assert (s.listen_port, s.influx_bucket, s.int_udp_ports) == (4000, "from-env", [5000])
+    assert load_settings(f, listen_port=1).listen_port == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "file", "message"),
+    [
+        (
+            {"INT_COLLECTOR_LISTEN_PORT": "70000"},
+            None,
+            "INT_COLLECTOR_LISTEN_PORT: Input should be less",
+        ),
+        (
+            {"INT_COLLECTOR_EWMA_ALPHA": "x"},
+            None,
+            "INT_COLLECTOR_EWMA_ALPHA: Input should be a valid number",
+        ),
+        ({}, "influx_url = 'localhost:8086'\n", "influx_url: Value error, must start with http://"),
+        ({}, "bufer_points = 5\n", "bufer_points: unknown setting"),
+        ({}, "int_udp_ports = [0]\n", "int_udp_ports: Value error, UDP port 0"),
+        ({}, "retry_max_s = 0.1\n", "retry_max_s must be >= retry_initial_s"),
+        ({}, "listen_port = \n", "not valid TOML"),
+    ],
+)
+def test_bad_settings_name_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict, file: str | None, message: str
+) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    path = None
+    if file is not None:
+        path = tmp_path / "c.toml"
+        path.write_text(file)
+    with pytest.raises(SettingsError, match=message):
+        load_settings(path)
+
+
+def run_cli(
+    *args: str, env: dict | None = None, input: str | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "int_collector", *args],
+        capture_output=True, text=True, timeout=60, input=input,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_cli_serve_with_bad_setting_is_one_line() -> None:
+    p = run_cli("serve", env={"INT_COLLECTOR_BUFFER_POINTS": "0"})
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "int-collector: error: INT_COLLECTOR_BUFFER_POINTS: "
+        "Input should be greater than or equal to 1"
+    ]
+
+
+def test_cli_serve_missing_config_file() -> None:
+    p = run_cli("serve", "--config", "/nonexistent/c.toml")
+    assert p.returncode == 2 and "c.toml: cannot read" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_cli_decode_prints_json_and_rejects_garbage() -> None:
+    p = run_cli("decode", "--int-udp-port", "5000", SPEC_TR_TCP.hex())
+    assert p.returncode == 0, p.stderr
+    (doc,) = json.loads(p.stdout)
+    assert doc["node_id"] == 3 and [x["node_id"] for x in doc["hops"]] == [2, 1]
+    assert doc["flow"]["src"] == "10.0.0.1"
+    bad = run_cli("decode", "3000")
+    assert bad.returncode == 2 and bad.stderr.startswith("int-collector: error: report: truncated")
+    assert run_cli("decode", "zz").stderr.startswith("int-collector: error: hex:")
+
+
+def test_cli_generate_sends_decodable_reports() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(10)
+        port = s.getsockname()[1]
+        p = run_cli("generate", "--target", f"127.0.0.1:{port}", "--rate", "2000", "--count", "50",
+                    "--switches", "6")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        got = [s.recv(65535) for _ in range(50)]
+    reports = [r for d in got for r in Decoder().decode(d)]
+    assert len(reports) == 50 and all(r.hop_count in (1, 3) for r in reports)
+    assert run_cli("generate", "--target", "nowhere").returncode == 2
+    assert "--switches: need at least 2" in run_cli("generate", "--switches", "1").stderr
