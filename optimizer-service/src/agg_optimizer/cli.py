@@ -18,6 +18,7 @@ from rich.table import Table
 from .documents import Instance, Placement
 from .engine import STRATEGIES, solve
 from .examples import example_instance
+from .sim.scenario import Scenario
 from .validation import InstanceError, describe_validation_error
 
 app = typer.Typer(
@@ -126,6 +127,91 @@ def demo(seed: int = 0) -> None:
         f"AGG: {s.iterations} LP solve(s), {s.columns} columns x {s.rows} rows, "
         f"build {s.build_s * 1e3:.1f} ms, solve {s.solve_s * 1e3:.1f} ms, "
         f"largest distance from an integer {s.max_integrality_gap:.1e}"
+    )
+
+
+def _scenarios(name: str) -> list[Scenario]:
+    from .sim.scenario import SCENARIOS, SUITE
+
+    if name == "suite":
+        return [SCENARIOS[n] for n in SUITE]
+    if name in SCENARIOS:
+        return [SCENARIOS[name]]
+    path = Path(name)
+    if path.suffix != ".json":
+        raise UserError(
+            f"scenario: unknown {name!r}; one of {', '.join(SCENARIOS)}, suite, or a .json file"
+        )
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return [Scenario.model_validate_json(text)]
+    except ValidationError as e:
+        raise UserError(f"{path}: {describe_validation_error(e)}") from None
+
+
+@app.command()
+def evaluate(
+    scenario: Annotated[
+        str, typer.Option(help="A named scenario, `suite` (all of them), or a scenario .json")
+    ] = "paper",
+    seeds: Annotated[
+        int | None, typer.Option(help="Seeds per strategy (default: the scenario's)")
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory for results")] = Path(
+        "evaluation"
+    ),
+    processes: Annotated[
+        int | None, typer.Option(help="Simulations run side by side (default: CPU count)")
+    ] = None,
+    strategies: Annotated[
+        str | None, typer.Option(help="Comma-separated subset of strategies")
+    ] = None,
+) -> None:
+    """Simulate every strategy on a scenario's jobs and background; write the table
+    (summary.md), all iterations (results.json) and plots to OUTPUT."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from .sim.evaluate import default_processes, run_all, write_results
+
+    if seeds is not None and seeds < 1:
+        raise UserError("seeds: must be >= 1")
+    if processes is not None and processes < 1:
+        raise UserError("processes: must be >= 1")
+    chosen = _scenarios(scenario)
+    if strategies:
+        names = [s.strip() for s in strategies.split(",") if s.strip()]
+        bad = [n for n in names if n not in STRATEGIES]
+        if bad:
+            raise UserError(f"strategies: unknown {', '.join(bad)}; one of {', '.join(STRATEGIES)}")
+        chosen = [sc.model_copy(update={"strategies": names}) for sc in chosen]
+    default_seeds = 3 if scenario == "suite" else None
+    results = {}
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    ) as progress:
+        for sc in chosen:
+            n = seeds or default_seeds or sc.seeds
+            task = progress.add_task(sc.name, total=n * len(sc.strategies))
+
+            def tick(r, task=task) -> None:
+                progress.update(task, advance=1, description=f"{r.strategy} seed {r.seed}")
+
+            results[sc.name] = run_all(
+                sc, n, processes=processes or default_processes(), on_done=tick
+            )
+            progress.update(task, description=sc.name)
+    text, plots = write_results(output, {sc.name: sc for sc in chosen}, results)
+    console.print(text)
+    console.print(
+        f"wrote {output / 'summary.md'}, {output / 'results.json'}, "
+        + ", ".join(str(p) for p in plots)
     )
 
 

@@ -12,6 +12,9 @@ from .documents import Instance, Job
 from .forest import Forest, build_forest
 from .network import JobTree, Network, build_tree, build_trees, evaluate
 
+# Instances with at most this many jobs route each job on its own load-aware tree.
+SHARED_ROUTING_MAX_JOBS = 64
+
 
 @dataclass
 class Context:
@@ -27,24 +30,35 @@ class Context:
         return self.instance.jobs
 
     @cached_property
-    def int_routes(self) -> tuple[list[str], np.ndarray]:
-        """PS switches and, per PS switch, every switch's next hop on INT weights."""
+    def int_routes(self) -> tuple[list[str], np.ndarray, list[int]]:
+        """Routing roots, next-hop rows on INT weights, and each job's row.
+
+        Up to SHARED_ROUTING_MAX_JOBS jobs, each job has its own row and sees the links the
+        jobs before it use (`Network.next_hops_shared`); above that, jobs whose PS sits on
+        the same switch share one shortest-path tree, which keeps large instances fast.
+        """
+        if not self.jobs:
+            return [], np.zeros((0, len(self.net.switch_ids)), dtype=np.int64), []
+        if len(self.jobs) <= SHARED_ROUTING_MAX_JOBS:
+            pred = self.net.next_hops_shared(self.jobs)
+            return [self.net.attach[j.ps] for j in self.jobs], pred, list(range(len(self.jobs)))
         roots = sorted({self.net.attach[j.ps] for j in self.jobs})
-        pred = self.net.next_hops(roots, int_aware=True) if roots else {}
-        return roots, np.array([pred[r] for r in roots])
+        by_root = self.net.next_hops(roots, int_aware=True)
+        row = {r: i for i, r in enumerate(roots)}
+        rows = [row[self.net.attach[j.ps]] for j in self.jobs]
+        return roots, np.array([by_root[r] for r in roots]), rows
 
     @cached_property
     def int_trees(self) -> dict[str, JobTree]:
         """Reduction trees routed on INT weights (AGG, greedy, GRID, MILP)."""
-        roots, pred = self.int_routes
-        row = {r: i for i, r in enumerate(roots)}
-        return {j.id: build_tree(self.net, j, pred[row[self.net.attach[j.ps]]]) for j in self.jobs}
+        _, pred, rows = self.int_routes
+        return {j.id: build_tree(self.net, j, pred[rows[i]]) for i, j in enumerate(self.jobs)}
 
     @cached_property
     def forest(self) -> Forest:
         """The INT trees of all jobs as flat arrays (what AGG solves on)."""
-        roots, pred = self.int_routes
-        return build_forest(self.net, self.jobs, roots, pred)
+        roots, pred, rows = self.int_routes
+        return build_forest(self.net, self.jobs, roots, pred, rows)
 
     @cached_property
     def job_weights(self) -> np.ndarray:

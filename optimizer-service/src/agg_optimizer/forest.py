@@ -68,9 +68,15 @@ class Forest:
         return a
 
 
-def build_forest(net: Network, jobs: list[Job], roots: list[str], pred: np.ndarray) -> Forest:
+def build_forest(
+    net: Network,
+    jobs: list[Job],
+    roots: list[str],
+    pred: np.ndarray,
+    rows: list[int] | None = None,
+) -> Forest:
     """`pred[r, s]`: next hop of switch s towards roots[r] (scipy's predecessor matrix on
-    the transposed graph)."""
+    the transposed graph). Job j routes on row `rows[j]`, by default its PS switch's row."""
     sw_ids = net.switch_ids
     n_sw = len(sw_ids)
     to_global = np.array([net.index[s] for s in sw_ids], dtype=np.int64)
@@ -84,7 +90,7 @@ def build_forest(net: Network, jobs: list[Job], roots: list[str], pred: np.ndarr
     for j, job in enumerate(jobs):
         r = net.attach[job.ps]
         job_root[j] = net.sw_index[r]
-        job_row[j] = root_row[r]
+        job_row[j] = root_row[r] if rows is None else rows[j]
         root_tau[j] = bits[j] / net.resid[(r, job.ps)]
         for w in job.workers:
             t = net.attach[w]

@@ -156,6 +156,37 @@ class Network:
         _, pred = dijkstra(gt, directed=True, indices=idx, return_predecessors=True)
         return {r: pred[row] for row, r in enumerate(roots)}
 
+    def next_hops_shared(self, jobs: list[Job]) -> np.ndarray:
+        """INT-aware routes, one row per job, each job seeing the jobs routed before it.
+
+        Routing every job on the same INT weights sends them all over the same least-loaded
+        links, which then carry all of them. Here a link already carrying n of these jobs'
+        trees counts as offering 1/(n+1) of its residual rate to the next job, so jobs
+        placed together spread over the fabric as they will share it.
+        """
+        src, dst = self._switch_edges()
+        base = self.int_weights()
+        ids = self.switch_ids
+        delay = np.array([self.delay[(ids[a], ids[b])] for a, b in zip(src, dst, strict=True)])
+        transfer = base - delay
+        edge_of = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src, dst, strict=True))}
+        count = np.zeros(len(src))
+        rows = np.empty((len(jobs), len(self.switch_ids)), dtype=np.int64)
+        for j, job in enumerate(jobs):
+            root = self.sw_index[self.attach[job.ps]]
+            gt = self._graph_t(delay + transfer * (1.0 + count))
+            _, pred = dijkstra(gt, directed=True, indices=[root], return_predecessors=True)
+            rows[j] = pred[0]
+            seen: set[int] = set()
+            for w in job.workers:
+                v = self.sw_index[self.attach[w]]
+                while v != root and v not in seen:
+                    seen.add(v)
+                    p = int(pred[0][v])
+                    count[edge_of[(v, p)]] += 1.0
+                    v = p
+        return rows
+
 
 @dataclass
 class JobTree:

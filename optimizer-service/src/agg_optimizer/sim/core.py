@@ -1,9 +1,10 @@
 """Event-driven flow-level simulation: flows share links max-min fairly, rates are recomputed
 at every flow arrival and completion, and time jumps from event to event.
 
-Two traffic classes are counted per link, so the INT observer can report them apart the way
-a collector can (INT reports carry the 5-tuple; the aggregation protocol has its own UDP
-port): 0 = background, 1 = aggregation (the jobs' gradient streams).
+Bytes are counted per link and per traffic class, so the INT observer can report classes apart
+the way a collector can (INT reports carry the 5-tuple, and the aggregation protocol has its
+own UDP port and a job id): class 0 is background; a job's gradient streams use a class of
+their own (1 + the job's index), or AGGREGATION when nobody needs them apart.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Flow:
 
 
 class Simulator:
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, n_classes: int = 2) -> None:
         self.fabric = fabric
         self.t = 0.0
         self.capacity = np.ascontiguousarray(fabric.capacity, dtype=np.float64)
@@ -56,8 +57,8 @@ class Simulator:
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._ids = itertools.count()
-        self.link_bytes = np.zeros((2, fabric.n_links))  # cumulative, per class
-        self.link_rate = np.zeros((2, fabric.n_links))  # bit/s now, per class
+        self.link_bytes = np.zeros((n_classes, fabric.n_links))  # cumulative, per class
+        self.link_rate = np.zeros((n_classes, fabric.n_links))  # bit/s now, per class
         self.rate_solves = 0
         self.events_run = 0
 
@@ -66,6 +67,8 @@ class Simulator:
     def add(self, flow: Flow) -> Flow:
         if flow.links.size == 0:
             raise ValueError("flow.links: a flow must cross at least one link")
+        if not 0 <= flow.cls < self.link_rate.shape[0]:
+            raise ValueError(f"flow.cls: {flow.cls} is not a class of this simulator")
         if not self._free:
             self._grow()
         slot = self._free.pop()

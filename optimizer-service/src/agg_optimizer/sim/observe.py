@@ -5,19 +5,21 @@ The simulator is a fluid model and has no queues; the queue a link would hold is
 from its utilisation as an M/M/1 queue in packets, `pkt * u / (1 - u)`, capped by the
 buffer. That is what an INT queue-occupancy field would show on average.
 
-By default only background traffic is reported (`classes`): a collector can tell the
-aggregation protocol's packets apart by their UDP port, and a job's own streams are not
-congestion it should route around. Pass both classes to see everything.
+All traffic is reported, except the classes a caller excludes: when a strategy re-places a
+job, the job's own gradient streams are left out (a collector can tell them apart by the
+aggregation protocol's UDP port and job id, and a job's own streams are not congestion it
+should route around), while other jobs' streams count like any other load.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 import numpy as np
 
 from ..documents import LinkTelemetry, Telemetry
-from .core import BACKGROUND, Simulator
+from .core import Simulator
 
 PACKET_BYTES = 1500
 BUFFER_BYTES = 1_000_000
@@ -33,13 +35,11 @@ class IntObserver:
         period_s: float = 0.01,
         window_s: float = 0.05,
         staleness_s: float = 0.0,
-        classes: tuple[int, ...] = (BACKGROUND,),
     ) -> None:
         if period_s <= 0 or window_s < period_s:
             raise ValueError("int: need period_s > 0 and window_s >= period_s")
         self.sim = sim
         self.period, self.window, self.staleness = period_s, window_s, staleness_s
-        self.classes = list(classes)
         keep = int(np.ceil((window_s + staleness_s) / period_s)) + 3
         self.samples: deque[tuple[float, np.ndarray]] = deque(maxlen=keep)
 
@@ -47,12 +47,12 @@ class IntObserver:
         self._sample()
 
     def _sample(self) -> None:
-        self.samples.append((self.sim.t, self.sim.link_bytes[self.classes].sum(axis=0)))
+        self.samples.append((self.sim.t, self.sim.link_bytes.copy()))
         self.sim.after(self.period, self._sample)
 
-    def utilisation(self) -> np.ndarray:
+    def utilisation(self, exclude: Iterable[int] = ()) -> np.ndarray:
         """Per directed link, what INT shows now: the average over the window that ended
-        `staleness_s` ago (zeros before two samples exist)."""
+        `staleness_s` ago (zeros before two samples exist), classes in `exclude` left out."""
         t_obs = self.sim.t - self.staleness
         newest = None
         for i in range(len(self.samples) - 1, -1, -1):
@@ -68,11 +68,14 @@ class IntObserver:
         if oldest == newest:
             oldest = newest - 1
         t0, b0 = self.samples[oldest]
-        util = (b1 - b0) * 8.0 / (self.sim.capacity * (t1 - t0))
+        keep = np.ones(b1.shape[0], dtype=bool)
+        keep[list(exclude)] = False
+        moved = (b1[keep] - b0[keep]).sum(axis=0)
+        util = moved * 8.0 / (self.sim.capacity * (t1 - t0))
         return np.clip(util, 0.0, 1.0)
 
-    def telemetry(self) -> Telemetry:
-        util = self.utilisation()
+    def telemetry(self, exclude: Iterable[int] = ()) -> Telemetry:
+        util = self.utilisation(exclude)
         u = np.minimum(util, MAX_UTIL_FOR_QUEUE)
         queue = np.minimum(PACKET_BYTES * u / (1.0 - u), BUFFER_BYTES)
         links = [

@@ -174,7 +174,10 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
     root = np.random.SeedSequence([seed, 0xA66])
     job_seq, bg_seq = root.spawn(2)
     fabric = scenario.fabric()
-    sim = Simulator(fabric)
+    specs = scenario.job_specs(fabric, np.random.default_rng(job_seq))
+    for i, s in enumerate(specs):
+        s.traffic_class = 1 + i
+    sim = Simulator(fabric, n_classes=1 + len(specs))
     observer = IntObserver(
         sim,
         period_s=scenario.int_period_s,
@@ -201,7 +204,6 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
         replace_every=scenario.replace_every if strategy in DYNAMIC else 0,
         switching_penalty_s=scenario.switching_penalty_s,
     )
-    specs = scenario.job_specs(fabric, np.random.default_rng(job_seq))
     observer.start()
     bg.start()
     # Let background traffic and INT reach a steady state before the first job arrives.
@@ -223,3 +225,87 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
         placements=cluster.placements,
         skipped_pools=cluster.skipped_pools,
     )
+
+
+def _presets() -> dict[str, Scenario]:
+    base = dict(
+        k=8,
+        jobs=8,
+        workers=12,
+        iterations=5,
+        slots=128,
+        background_load=0.3,
+        hotspots=2,
+        bg_size_min_bytes=50e6,
+    )
+    out = [
+        Scenario(
+            name="paper",
+            description=(
+                "Headline comparison: k=8 fat-tree (128 hosts, 10 Gb/s), 8 concurrent jobs of "
+                "12 workers placed at random, ResNet-50/VGG-16/BERT-large updates, 30% "
+                "Poisson background with heavy-tailed sizes plus 2 moving hotspots, one pool "
+                "per switch (scarce slots), 5 iterations per job."
+            ),
+            **base,
+        ),
+        Scenario(
+            name="k4",
+            description="Small: k=4 fat-tree, 3 jobs of 4 workers, 30% background, ample slots.",
+            k=4,
+            jobs=3,
+            workers=4,
+            iterations=6,
+            slots=1024,
+            background_load=0.3,
+            bg_size_min_bytes=50e6,
+        ),
+        Scenario(
+            name="k8-packed",
+            description="paper, workers packed rack by rack.",
+            **base | {"worker_placement": "packed"},
+        ),
+        Scenario(
+            name="k8-spread",
+            description="paper, workers spread one per rack.",
+            **base | {"worker_placement": "spread"},
+        ),
+        Scenario(
+            name="k8-ample",
+            description="paper with 8 pools per switch (ample slots).",
+            **base | {"slots": 1024},
+        ),
+        Scenario(
+            name="k8-load0",
+            description="paper without background traffic or hotspots.",
+            **base | {"background_load": 0.0, "hotspots": 0},
+        ),
+        Scenario(
+            name="k8-load70",
+            description="paper with 70% background load.",
+            **base | {"background_load": 0.7},
+        ),
+        Scenario(
+            name="leaf-spine",
+            description="Leaf-spine: 4 spines, 8 leaves of 8 hosts, 10 Gb/s hosts and 40 Gb/s "
+            "uplinks, 6 jobs of 8 workers, 30% background, one pool per switch.",
+            topology="leaf-spine",
+            spines=4,
+            leaves=8,
+            hosts_per_leaf=8,
+            uplink_gbps=40.0,
+            jobs=6,
+            workers=8,
+            iterations=5,
+            slots=128,
+            background_load=0.3,
+            hotspots=1,
+            bg_size_min_bytes=50e6,
+        ),
+    ]
+    return {s.name: s for s in out}
+
+
+SCENARIOS = _presets()
+# `evaluate --scenario suite` runs these, for the per-scenario bars.
+SUITE = ["k4", "paper", "k8-packed", "k8-spread", "k8-ample", "k8-load0", "k8-load70", "leaf-spine"]

@@ -40,6 +40,7 @@ class JobSpec:
     compute_s: float
     arrival_s: float = 0.0
     model: str = ""
+    traffic_class: int = AGGREGATION  # the simulator's class for this job's streams
 
 
 @dataclass
@@ -171,7 +172,7 @@ class Cluster:
         ]
         inst = Instance(
             topology=Topology(nodes=nodes, links=topo.links),
-            telemetry=self.observer.telemetry(),
+            telemetry=self.observer.telemetry(exclude=[r.spec.traffic_class for r in runs]),
             jobs=[
                 Job(
                     id=r.spec.id,
@@ -223,7 +224,7 @@ class Cluster:
                     links,
                     mult.astype(float),
                     float(r.spec.update_bytes),
-                    AGGREGATION,
+                    r.spec.traffic_class,
                     on_done=lambda _f, r=r: self._component_done(r),
                 )
             )

@@ -1,0 +1,279 @@
+"""Experiments: every strategy of a scenario on every seed, summarised with confidence
+intervals over seeds, and plotted.
+
+Statistics. A run (one strategy, one seed) yields one CCT per job iteration. Its mean, p95
+and p99 are the run's statistics; a strategy's figure is their mean over seeds with a 95%
+Student-t interval over seeds. Reductions are paired: for each seed, AGG against the other
+strategy on the same jobs and background, then averaged over seeds with their own interval.
+"milp" is the exact optimum of AGG's own surrogate, an oracle rather than a published
+strategy, so it is reported but never counted among the baselines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from .scenario import RunResult, Scenario, run
+
+OURS = "agg"
+NOT_BASELINES = frozenset({"agg", "milp"})
+
+
+def _run(args: tuple[Scenario, str, int]) -> RunResult:
+    return run(*args)
+
+
+def run_all(
+    scenario: Scenario,
+    seeds: int,
+    *,
+    processes: int = 1,
+    on_done: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Every (strategy, seed) of the scenario; `processes` > 1 runs them side by side."""
+    tasks = [(scenario, s, seed) for seed in range(seeds) for s in scenario.strategies]
+    results: list[RunResult] = []
+    if processes <= 1:
+        for t in tasks:
+            results.append(_run(t))
+            if on_done:
+                on_done(results[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=processes) as pool:
+            for fut in as_completed([pool.submit(_run, t) for t in tasks]):
+                results.append(fut.result())
+                if on_done:
+                    on_done(results[-1])
+    order = {s: i for i, s in enumerate(scenario.strategies)}
+    results.sort(key=lambda r: (r.seed, order[r.strategy]))
+    return results
+
+
+@dataclass
+class Interval:
+    mean: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, values: list[float] | np.ndarray) -> Interval:
+        v = np.asarray(values, dtype=float)
+        m = float(v.mean())
+        if v.size < 2 or float(v.std()) == 0.0:
+            return cls(m, m, m)
+        half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+        return cls(m, m - half, m + half)
+
+    def fmt(self, scale: float = 1.0, unit: str = "") -> str:
+        return f"{self.mean * scale:.3g}{unit} [{self.lo * scale:.3g}, {self.hi * scale:.3g}]"
+
+
+@dataclass
+class StrategySummary:
+    strategy: str
+    mean: Interval
+    p95: Interval
+    p99: Interval
+    iterations: int
+    wall_s: float
+
+
+@dataclass
+class Summary:
+    scenario: str
+    seeds: int
+    strategies: list[StrategySummary]
+    best_baseline: str | None
+    vs_ps: Interval | None
+    vs_average: Interval | None
+    vs_best: Interval | None
+    separated_from_best: bool | None  # AGG's interval entirely below the best baseline's
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _per_seed(results: list[RunResult]) -> dict[str, dict[int, np.ndarray]]:
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for r in results:
+        out.setdefault(r.strategy, {})[r.seed] = r.ccts()
+    return out
+
+
+def summarise(scenario: str, results: list[RunResult]) -> Summary:
+    by = _per_seed(results)
+    seeds = sorted({r.seed for r in results})
+    wall: dict[str, float] = {}
+    for r in results:
+        wall[r.strategy] = wall.get(r.strategy, 0.0) + r.wall_s
+    rows = []
+    for s, per in by.items():
+        rows.append(
+            StrategySummary(
+                strategy=s,
+                mean=Interval.of([per[k].mean() for k in seeds]),
+                p95=Interval.of([np.percentile(per[k], 95) for k in seeds]),
+                p99=Interval.of([np.percentile(per[k], 99) for k in seeds]),
+                iterations=int(sum(per[k].size for k in seeds)),
+                wall_s=wall[s],
+            )
+        )
+    rows.sort(key=lambda x: x.mean.mean)
+    baselines = [x for x in rows if x.strategy not in NOT_BASELINES]
+    if OURS not in by or not baselines:
+        return Summary(scenario, len(seeds), rows, None, None, None, None, None)
+    ours = {k: by[OURS][k].mean() for k in seeds}
+    best = baselines[0]
+    vs_ps = Interval.of([1 - ours[k] / by["ps"][k].mean() for k in seeds]) if "ps" in by else None
+    vs_avg = Interval.of(
+        [1 - ours[k] / np.mean([by[b.strategy][k].mean() for b in baselines]) for k in seeds]
+    )
+    vs_best = Interval.of([1 - ours[k] / by[best.strategy][k].mean() for k in seeds])
+    agg_row = next(x for x in rows if x.strategy == OURS)
+    return Summary(
+        scenario=scenario,
+        seeds=len(seeds),
+        strategies=rows,
+        best_baseline=best.strategy,
+        vs_ps=vs_ps,
+        vs_average=vs_avg,
+        vs_best=vs_best,
+        separated_from_best=agg_row.mean.hi < best.mean.lo,
+    )
+
+
+def markdown(summary: Summary, scenario: Scenario) -> str:
+    lines = [
+        f"### Scenario `{summary.scenario}` ({summary.seeds} seeds)",
+        "",
+        scenario.description or "",
+        "",
+        "| strategy | mean CCT (s) [95% CI] | p95 (s) | p99 (s) | iterations | sim wall (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in summary.strategies:
+        name = f"**{r.strategy}**" if r.strategy == OURS else r.strategy
+        if r.strategy == "milp":
+            name += " (oracle of AGG's surrogate, not a baseline)"
+        lines.append(
+            f"| {name} | {r.mean.fmt()} | {r.p95.fmt()} | {r.p99.fmt()} | {r.iterations} "
+            f"| {r.wall_s:.0f} |"
+        )
+    lines.append("")
+    if summary.vs_average is not None:
+        assert summary.vs_best is not None
+        lines += [
+            "AGG's mean CCT reduction (paired by seed, 95% CI):",
+            "",
+            f"- vs PS-only: {summary.vs_ps.fmt(100, '%') if summary.vs_ps else 'n/a'}",
+            f"- vs the average of the {len(_baselines(summary))} baselines: "
+            f"{summary.vs_average.fmt(100, '%')} (target: at least 40%)",
+            f"- vs the best baseline (`{summary.best_baseline}`): "
+            f"{summary.vs_best.fmt(100, '%')} (target: at least 30%); confidence intervals of "
+            f"the means {'do not overlap' if summary.separated_from_best else 'overlap'}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _baselines(summary: Summary) -> list[str]:
+    return [r.strategy for r in summary.strategies if r.strategy not in NOT_BASELINES]
+
+
+def plot(results_by_scenario: dict[str, list[RunResult]], out: Path) -> list[Path]:
+    """CCT CDF per strategy (one figure per scenario) and, for several scenarios, mean CCT
+    relative to PS-only per scenario as grouped bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for name, results in results_by_scenario.items():
+        by: dict[str, list[float]] = {}
+        for r in results:
+            by.setdefault(r.strategy, []).extend(r.ccts().tolist())
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for s, v in sorted(by.items(), key=lambda kv: np.mean(kv[1])):
+            x = np.sort(v)
+            y = np.arange(1, x.size + 1) / x.size
+            ax.step(x, y, where="post", label=s, linewidth=2.4 if s == OURS else 1.2)
+        ax.set_xscale("log")
+        ax.set_xlabel("iteration CCT (s, log scale)")
+        ax.set_ylabel("fraction of iterations")
+        ax.set_title(f"CCT CDF, scenario {name}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, ncol=2)
+        fig.tight_layout()
+        path = out / f"cdf-{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+    if len(results_by_scenario) > 1:
+        names = list(results_by_scenario)
+        strategies: list[str] = []
+        for res in results_by_scenario.values():
+            for r in res:
+                if r.strategy not in strategies:
+                    strategies.append(r.strategy)
+        rel = np.full((len(strategies), len(names)), np.nan)
+        for j, n in enumerate(names):
+            summ = summarise(n, results_by_scenario[n])
+            means = {r.strategy: r.mean.mean for r in summ.strategies}
+            ps = means.get("ps")
+            for i, s in enumerate(strategies):
+                if s in means and ps:
+                    rel[i, j] = means[s] / ps
+        fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(names)), 4.5))
+        width = 0.8 / len(strategies)
+        xs = np.arange(len(names))
+        for i, s in enumerate(strategies):
+            ax.bar(xs + i * width - 0.4 + width / 2, rel[i], width, label=s)
+        ax.set_xticks(xs, names, rotation=20, ha="right")
+        ax.set_ylabel("mean CCT / PS-only mean CCT")
+        ax.set_title("Mean iteration CCT relative to PS-only, per scenario")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=5)
+        fig.tight_layout()
+        path = out / "bars.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def write_results(
+    out: Path, scenarios: dict[str, Scenario], results: dict[str, list[RunResult]]
+) -> tuple[str, list[Path]]:
+    """results.json, summary.md and the plots in `out`; returns the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    md = []
+    doc = {}
+    for name, res in results.items():
+        summ = summarise(name, res)
+        md.append(markdown(summ, scenarios[name]))
+        doc[name] = {
+            "scenario": scenarios[name].model_dump(),
+            "summary": summ.to_dict(),
+            "runs": [
+                {k: v for k, v in asdict(r).items() if k != "records"}
+                | {"records": [asdict(x) for x in r.records]}
+                for r in res
+            ],
+        }
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    text = "\n".join(md)
+    (out / "summary.md").write_text(text + "\n")
+    return text, plot(results, out)
+
+
+def default_processes() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))

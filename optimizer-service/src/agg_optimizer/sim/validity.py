@@ -1,0 +1,106 @@
+"""Does the LP's objective rank placements the way simulated CCT does?
+
+One job on a fabric with background traffic: run the background to a point in time, take the
+INT snapshot there, draw random feasible placements on the job's INT-routed tree, and for
+each one simulate the job's iteration from that moment on the same background (same seed).
+The Spearman rank correlation between the surrogate (what AGG minimises) and the simulated
+CCT says how far the LP can be trusted; the bottleneck estimate is reported beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from ..context import Context
+from ..documents import Instance, Job, SolverStats
+from ..engine import build_placement
+from ..network import evaluate
+from .core import Flow, Simulator
+from .observe import IntObserver
+from .scenario import Scenario
+from .traffic import Background
+from .training import components
+
+
+@dataclass
+class Validity:
+    surrogate: np.ndarray
+    bottleneck: np.ndarray
+    simulated: np.ndarray
+
+    @property
+    def spearman_surrogate(self) -> float:
+        return _spearman(self.surrogate, self.simulated)
+
+    @property
+    def spearman_bottleneck(self) -> float:
+        return _spearman(self.bottleneck, self.simulated)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Rank correlation; nan when either side does not vary (nothing to rank)."""
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(stats.spearmanr(a, b).statistic)
+
+
+def _world(scenario: Scenario, seed: int, t0: float) -> tuple[Simulator, IntObserver]:
+    fabric = scenario.fabric()
+    sim = Simulator(fabric)
+    obs = IntObserver(
+        sim,
+        period_s=scenario.int_period_s,
+        window_s=scenario.int_window_s,
+        staleness_s=scenario.int_staleness_s,
+    )
+    bg = Background(
+        sim,
+        np.random.default_rng([seed, 7]),
+        load=scenario.background_load,
+        size_alpha=scenario.bg_size_alpha,
+        size_min_bytes=scenario.bg_size_min_bytes,
+        size_max_bytes=scenario.bg_size_max_bytes,
+        hotspots=scenario.hotspots,
+        hotspot_flows=scenario.hotspot_flows,
+        hotspot_period_s=scenario.hotspot_period_s,
+    )
+    obs.start()
+    bg.start()
+    sim.run(until=t0)
+    return sim, obs
+
+
+def surrogate_validity(
+    scenario: Scenario, *, placements: int = 60, seed: int = 0, t0: float = 1.0
+) -> Validity:
+    """Random placements of the scenario's first job (alone, on the scenario's fabric and
+    background), scored by the surrogate, the bottleneck estimate and the simulator."""
+    fabric = scenario.fabric()
+    spec = scenario.job_specs(fabric, np.random.default_rng([seed, 3]))[0]
+    sim, obs = _world(scenario, seed, t0)
+    job = Job(id=spec.id, workers=spec.workers, ps=spec.ps, update_bytes=spec.update_bytes)
+    inst = Instance(topology=fabric.topology, telemetry=obs.telemetry(), jobs=[job])
+    ctx = Context(inst)
+    tree = ctx.int_trees[job.id]
+    rng = np.random.default_rng([seed, 11])
+    candidates = list(tree.order)
+    sur, bot, simulated = [], [], []
+    for _ in range(placements):
+        k = int(rng.integers(0, len(candidates) + 1))
+        aggs = {candidates[i] for i in rng.choice(len(candidates), size=k, replace=False)}
+        cost = evaluate(tree, aggs)
+        jp = build_placement(ctx, "sample", {job.id: tree}, {job.id: aggs}, SolverStats()).jobs[0]
+        sim, _ = _world(scenario, seed, t0)
+        flows = []
+        for segs in components(jp, aggs, job.ps):
+            idx = np.concatenate([fabric.path_links(p) for p in segs])
+            links, mult = np.unique(idx, return_counts=True)
+            flows.append(sim.add(Flow(links, mult.astype(float), float(job.update_bytes), 1)))
+        sim.run(stop=lambda flows=flows: all(f.end is not None for f in flows))
+        sur.append(cost.surrogate)
+        bot.append(cost.cct)
+        simulated.append(sim.t - t0)
+    return Validity(np.array(sur), np.array(bot), np.array(simulated))
