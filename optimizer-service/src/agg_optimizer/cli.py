@@ -200,8 +200,15 @@ def evaluate(
             n = seeds or default_seeds or sc.seeds
             task = progress.add_task(sc.name, total=n * len(sc.strategies))
 
-            def tick(r, task=task) -> None:
+            def tick(r, task=task, sc=sc) -> None:
                 progress.update(task, advance=1, description=f"{r.strategy} seed {r.seed}")
+                if not progress.console.is_terminal:  # a log, not a redrawn bar
+                    done = int(progress.tasks[task].completed)
+                    total = int(progress.tasks[task].total or 0)
+                    progress.console.print(
+                        f"{sc.name}: {done}/{total} done ({r.strategy}, seed {r.seed}, "
+                        f"{r.wall_s:.1f} s)"
+                    )
 
             results[sc.name] = run_all(
                 sc, n, processes=processes or default_processes(), on_done=tick

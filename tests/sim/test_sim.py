@@ -1,0 +1,310 @@
+"""The simulator against hand-computed cases, fairness by definition, conservation of bytes,
+determinism, and scenario input errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agg_optimizer.documents import Aggregator, JobPlacement, Link, Node, SlotPool, Topology
+from agg_optimizer.engine import solve
+from agg_optimizer.sim.core import BACKGROUND, Flow, Simulator
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.fairshare import max_min_rates
+from agg_optimizer.sim.observe import IntObserver
+from agg_optimizer.sim.scenario import SCENARIOS, Scenario, run
+from agg_optimizer.sim.training import Cluster, components
+
+GBPS = 1e9
+CLI = [sys.executable, "-c", "from agg_optimizer.cli import main; main()"]
+
+
+def star(n_hosts: int, gbps: float = 10.0, ps_gbps: float | None = None) -> Fabric:
+    """Hosts h0..h{n-1} on switch s0; host ps on switch s1; s0-s1 one link."""
+    nodes = [Node(id="s0", kind="switch"), Node(id="s1", kind="switch"), Node(id="ps", kind="host")]
+    links = [
+        Link(src="s0", dst="s1", capacity_gbps=gbps),
+        Link(src="ps", dst="s1", capacity_gbps=ps_gbps or gbps),
+    ]
+    for i in range(n_hosts):
+        nodes.append(Node(id=f"h{i}", kind="host"))
+        links.append(Link(src=f"h{i}", dst="s0", capacity_gbps=gbps))
+    return Fabric.from_topology(Topology(nodes=nodes, links=links))
+
+
+def flow_on(fab: Fabric, path: list[str], size: float, **kw) -> Flow:
+    links = np.array(fab.path_links(path))
+    return Flow(links, np.ones(links.size), size, **kw)
+
+
+# -- hand-computed cases ----------------------------------------------------------------------
+
+
+def test_two_flows_on_one_link_share_it_equally():
+    fab = star(2)
+    sim = Simulator(fab)
+    a = sim.add(flow_on(fab, ["h0", "s0", "s1", "ps"], 1.25e9))  # 10 Gbit
+    b = sim.add(flow_on(fab, ["h1", "s0", "s1", "ps"], 1.25e9))
+    assert sim.rate(a) == pytest.approx(5 * GBPS)
+    assert sim.rate(b) == pytest.approx(5 * GBPS)
+    sim.run()
+    assert a.end == pytest.approx(2.0)
+    assert b.end == pytest.approx(2.0)
+
+
+def test_freed_capacity_goes_to_the_flow_left():
+    fab = star(2)
+    sim = Simulator(fab)
+    small = sim.add(flow_on(fab, ["h0", "s0", "s1", "ps"], 0.625e9))  # 5 Gbit
+    big = sim.add(flow_on(fab, ["h1", "s0", "s1", "ps"], 1.25e9))  # 10 Gbit
+    sim.run()
+    # 1 s at 5 Gb/s each, then the big one alone: 5 Gbit left at 10 Gb/s.
+    assert small.end == pytest.approx(1.0)
+    assert big.end == pytest.approx(1.5)
+
+
+def test_downstream_bottleneck_limits_the_upstream_rate():
+    # Two workers at 10 Gb/s summed at s0; the merged stream leaves over a 1 Gb/s link.
+    fab = star(2, gbps=10.0)
+    fab.capacity[fab.index[("s0", "s1")]] = 1 * GBPS
+    placement = JobPlacement(
+        job_id="j",
+        aggregators=[
+            Aggregator(
+                switch="s0",
+                children=["h0", "h1"],
+                fan_in=2,
+                next_hop="ps",
+                pool=SlotPool(base=0, size=1),
+            )
+        ],
+        worker_paths={w: [w, "s0", "s1", "ps"] for w in ("h0", "h1")},
+        ps_fan_in=1,
+        predicted_cct_s=0,
+        surrogate_s=0,
+    )
+    comps = components(placement, {"s0"}, "ps")
+    assert len(comps) == 1
+    idx = np.concatenate([fab.path_links(p) for p in comps[0]])
+    links, mult = np.unique(idx, return_counts=True)
+    rates = max_min_rates([(links.tolist(), mult.astype(float).tolist())], fab.capacity)
+    assert rates[0] == pytest.approx(1 * GBPS)  # the inputs cannot outrun the output
+
+
+def _tor_placement(n: int, held: bool) -> tuple[Fabric, JobPlacement, set[str]]:
+    fab = star(n)
+    workers = [f"h{i}" for i in range(n)]
+    aggs = (
+        [
+            Aggregator(
+                switch="s0",
+                children=workers,
+                fan_in=n,
+                next_hop="ps",
+                pool=SlotPool(base=0, size=1),
+            )
+        ]
+        if held
+        else []
+    )
+    jp = JobPlacement(
+        job_id="j",
+        aggregators=aggs,
+        worker_paths={w: [w, "s0", "s1", "ps"] for w in workers},
+        ps_fan_in=1 if held else n,
+        predicted_cct_s=0,
+        surrogate_s=0,
+    )
+    return fab, jp, {"s0"} if held else set()
+
+
+def _simulate(fab: Fabric, jp: JobPlacement, held: set[str], size: float) -> float:
+    sim = Simulator(fab)
+    flows = []
+    for segs in components(jp, held, "ps"):
+        idx = np.concatenate([fab.path_links(p) for p in segs])
+        links, mult = np.unique(idx, return_counts=True)
+        flows.append(sim.add(Flow(links, mult.astype(float), size, 1)))
+    sim.run()
+    return max(f.end for f in flows)
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_aggregator_with_n_inputs_emits_one_stream(n):
+    fab, jp, held = _tor_placement(n, held=True)
+    comps = components(jp, held, "ps")
+    assert len(comps) == 1  # one component: the PS receives one stream
+    idx = np.concatenate([fab.path_links(p) for p in comps[0]])
+    links, mult = np.unique(idx, return_counts=True)
+    per_link = dict(zip(links.tolist(), mult.tolist(), strict=True))
+    assert per_link[fab.index[("s0", "s1")]] == 1
+    assert per_link[fab.index[("s1", "ps")]] == 1
+    assert sum(per_link[fab.index[(f"h{i}", "s0")]] for i in range(n)) == n
+    # ... so the job takes as long as one stream alone: 10 Gbit at 10 Gb/s
+    assert _simulate(fab, jp, held, 1.25e9) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])
+def test_ps_incast_of_n_raw_streams_takes_n_times_as_long(n):
+    fab, jp, held = _tor_placement(n, held=False)
+    assert len(components(jp, held, "ps")) == n
+    assert _simulate(fab, jp, held, 1.25e9) == pytest.approx(float(n))
+
+
+@pytest.mark.parametrize("slots", [0, 1024])
+def test_aggregator_without_a_free_pool_is_passed_through(slots):
+    # The placer asks for SHARP's aggregators as if every switch had room; the cluster only
+    # grants pools that exist, so with no slots every stream goes to the PS unsummed.
+    sc = _tiny(background_load=0.0, iterations=1)
+    fab = sc.fabric()
+    sim = Simulator(fab, n_classes=1 + sc.jobs)
+    obs = IntObserver(sim)
+    cluster = Cluster(
+        sim,
+        obs,
+        lambda inst: solve(inst.model_copy(update={"topology": fab.topology}), "sharp"),
+        slots=slots,
+        pool_slots=128,
+    )
+    cluster.submit(sc.job_specs(fab, np.random.default_rng(0)))
+    obs.start()
+    sim.run(stop=lambda: cluster.finished)
+    assert len(cluster.records) == sc.jobs
+    if slots == 0:
+        assert cluster.skipped_pools > 0
+        assert all(r.aggregators == 0 and r.ps_streams == sc.workers for r in cluster.records)
+    else:
+        assert cluster.skipped_pools == 0
+        assert all(r.aggregators > 0 and r.ps_streams < sc.workers for r in cluster.records)
+
+
+# -- fairness and conservation ------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_max_min_rates_satisfy_the_definition(data):
+    n_links = data.draw(st.integers(1, 6))
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=n_links, max_size=n_links)))
+    flows = []
+    for _ in range(data.draw(st.integers(1, 8))):
+        ls = data.draw(
+            st.lists(st.integers(0, n_links - 1), min_size=1, max_size=n_links, unique=True)
+        )
+        ms = data.draw(st.lists(st.integers(1, 3), min_size=len(ls), max_size=len(ls)))
+        flows.append((ls, [float(m) for m in ms]))
+    rate = max_min_rates(flows, cap)
+    load = np.zeros(n_links)
+    for (ls, ms), r in zip(flows, rate, strict=True):
+        for e, m in zip(ls, ms, strict=True):
+            load[e] += m * r
+    assert np.all(load <= cap * (1 + 1e-9))  # feasible
+    # every flow has a full link on which no other flow's per-stream rate is higher
+    for i, (ls, _) in enumerate(flows):
+        ok = False
+        for e in ls:
+            full = load[e] >= cap[e] * (1 - 1e-7)
+            top = all(rate[j] <= rate[i] * (1 + 1e-7) for j, (lj, _) in enumerate(flows) if e in lj)
+            ok |= full and top
+        assert ok, f"flow {i} has no bottleneck"
+
+
+def test_bytes_are_conserved_on_every_link():
+    sc = SCENARIOS["k4"]
+    fab = sc.fabric()
+    sim = Simulator(fab, n_classes=1)
+    rng = np.random.default_rng(5)
+    flows = []
+    for _ in range(40):
+        src, dst = rng.choice(fab.hosts, size=2, replace=False)
+        f = flow_on(fab, fab.ecmp_path(str(src), str(dst), rng), float(rng.uniform(1e6, 1e8)))
+        sim.at(float(rng.uniform(0, 0.2)), lambda f=f: sim.add(f))
+        flows.append(f)
+    sim.run()
+    expected = np.zeros(fab.n_links)
+    for f in flows:
+        assert f.end is not None
+        expected[f.links] += f.size_bytes * f.mult
+    assert np.allclose(sim.link_bytes[BACKGROUND], expected, rtol=1e-9, atol=1e-3)
+
+
+def test_int_observation_is_windowed_and_stale():
+    fab = star(1)
+    sim = Simulator(fab)
+    obs = IntObserver(sim, period_s=0.01, window_s=0.05, staleness_s=0.2)
+    obs.start()
+    e = fab.index[("h0", "s0")]
+    sim.at(1.0, lambda: sim.add(flow_on(fab, ["h0", "s0", "s1", "ps"], math.inf)))
+    sim.run(until=1.1)
+    assert obs.utilisation()[e] == pytest.approx(0.0)  # the flow is not seen yet
+    sim.run(until=1.5)
+    assert obs.utilisation()[e] == pytest.approx(1.0)
+    assert obs.utilisation(exclude=[BACKGROUND])[e] == pytest.approx(0.0)
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def _tiny(**kw) -> Scenario:
+    base = SCENARIOS["k4"].model_dump() | {"iterations": 2, "jobs": 2, "seeds": 2}
+    return Scenario.model_validate(base | kw)
+
+
+def test_runs_are_deterministic_under_a_seed():
+    sc = _tiny()
+    a, b, c = run(sc, "agg", 1), run(sc, "agg", 1), run(sc, "agg", 2)
+    assert [r.cct_s for r in a.records] == [r.cct_s for r in b.records]
+    assert a.background_flows == b.background_flows
+    assert [r.cct_s for r in a.records] != [r.cct_s for r in c.records]
+
+
+def test_every_iteration_of_every_job_is_recorded():
+    sc = _tiny(arrival_interval_s=0.3)
+    res = run(sc, "ps", 0)
+    assert sorted((r.job, r.iteration) for r in res.records) == [
+        (f"job{j}", i) for j in range(sc.jobs) for i in range(sc.iterations)
+    ]
+    assert all(r.cct_s > 0 for r in res.records)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"k": 5}, "k"),
+        ({"jobs": 40}, "jobs"),
+        ({"strategies": ["agg", "magic"]}, "strategies"),
+        ({"background_load": 1.5}, "background_load"),
+        ({"worker_placement": "clustered"}, "worker_placement"),
+    ],
+)
+def test_bad_scenarios_are_rejected_naming_the_field(tmp_path, change, field):
+    doc = SCENARIOS["k4"].model_dump() | change
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    proc = subprocess.run(
+        [*CLI, "evaluate", "--scenario", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert field in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_scenario_name_lists_the_known_ones():
+    proc = subprocess.run(
+        [*CLI, "evaluate", "--scenario", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "paper" in proc.stderr and "scenario" in proc.stderr
