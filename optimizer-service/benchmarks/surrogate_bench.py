@@ -55,12 +55,13 @@ def main() -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     lines = [
-        "| case | seed | Spearman: surrogate vs simulated CCT | bottleneck estimate vs simulated |",
-        "|---|---|---|---|",
+        "| case | seed | Spearman: surrogate vs simulated CCT | same, better half only "
+        "| surrogate before flow counts (utilisation only) | bottleneck estimate |",
+        "|---|---|---|---|---|---|",
     ]
-    for label, seed, a, b in rows:
+    for label, seed, a, b, h, u in rows:
         fb = "constant (no ranking)" if np.isnan(b) else f"{b:.3f}"
-        lines.append(f"| {label} | {seed} | {a:.3f} | {fb} |")
+        lines.append(f"| {label} | {seed} | {a:.3f} | {h:.3f} | {u:.3f} | {fb} |")
     sur = np.array([r[2] for r in rows])
     lines += [
         "",

@@ -13,8 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agg_optimizer.documents import Aggregator, JobPlacement, Link, Node, SlotPool, Topology
+from agg_optimizer.documents import (
+    Aggregator,
+    Instance,
+    JobPlacement,
+    Link,
+    LinkTelemetry,
+    Node,
+    SlotPool,
+    Telemetry,
+    Topology,
+)
 from agg_optimizer.engine import solve
+from agg_optimizer.network import Network
 from agg_optimizer.sim.core import BACKGROUND, Flow, Simulator
 from agg_optimizer.sim.fabric import Fabric
 from agg_optimizer.sim.fairshare import max_min_rates
@@ -308,3 +319,34 @@ def test_unknown_scenario_name_lists_the_known_ones():
     )
     assert proc.returncode == 2
     assert "paper" in proc.stderr and "scenario" in proc.stderr
+
+
+def test_int_counts_the_flows_on_each_link():
+    fab = star(2)
+    sim = Simulator(fab)
+    obs = IntObserver(sim, period_s=0.01, window_s=0.05, staleness_s=0.0)
+    obs.start()
+    for h in ("h0", "h1"):
+        sim.add(flow_on(fab, [h, "s0", "s1", "ps"], math.inf))
+    sim.run(until=0.5)
+    n = obs.flows()
+    assert n[fab.index[("s0", "s1")]] == pytest.approx(2.0)
+    assert n[fab.index[("h0", "s0")]] == pytest.approx(1.0)
+    assert n[fab.index[("s1", "s0")]] == pytest.approx(0.0)
+    tele = {(t.src, t.dst): t for t in obs.telemetry().links}
+    assert tele[("s0", "s1")].flows == pytest.approx(2.0)
+    assert obs.telemetry(flow_counts=False).links[0].flows is None
+
+
+@pytest.mark.parametrize(("flows", "expected_gbps"), [(None, 0.5), (1.0, 5.0), (3.0, 2.5)])
+def test_a_full_link_of_elastic_flows_still_offers_a_fair_share(flows, expected_gbps):
+    # utilisation 1.0: without a flow count only the floor (5%) is left; with n flows, 1/(n+1)
+    inst = Instance(
+        topology=star(1).topology,
+        telemetry=Telemetry(
+            links=[LinkTelemetry(src="s0", dst="s1", utilization=1.0, flows=flows)]
+        ),
+        jobs=[],
+    )
+    net = Network.from_instance(inst)
+    assert net.resid[("s0", "s1")] == pytest.approx(expected_gbps * GBPS)

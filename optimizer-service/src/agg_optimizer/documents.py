@@ -61,6 +61,12 @@ class LinkTelemetry(_Doc):
     utilization: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of capacity in use.")
     queue_bytes: NonNegativeFloat = 0.0
     latency_us: NonNegativeFloat = DEFAULT_LINK_LATENCY_US
+    flows: NonNegativeFloat | None = Field(
+        None,
+        description="Competing flows seen on this link (INT per-flow reports). Busy links of "
+        "elastic flows still give a newcomer a fair share: with it, the residual rate is at "
+        "least capacity / (flows + 1).",
+    )
 
 
 class SwitchTelemetry(_Doc):

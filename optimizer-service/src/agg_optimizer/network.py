@@ -2,7 +2,9 @@
 an aggregation choice on a tree.
 
 Link model (per direction u->v, from the INT snapshot; defaults in documents.py):
-    residual rate  r = max(c (1 - util), RESIDUAL_FLOOR * c)      [bit/s]
+    residual rate  r = max(c (1 - util), c / (flows + 1), RESIDUAL_FLOOR * c)   [bit/s]
+(the fair-share term only when INT counts the link's flows: a link full of elastic flows
+still gives one more flow its share)
     delay          d = latency + 8 queue / c                       [s]
 A job's reduction tree is the union of its workers' paths to the parameter server (PS). The
 paths come from one shortest-path tree rooted at the PS's switch, so they form an in-tree and
@@ -76,7 +78,8 @@ class Network:
                 q = t.queue_bytes if t else 0.0
                 lat = (t.latency_us if t else DEFAULT_LINK_LATENCY_US) * 1e-6
                 cap[(u, v)] = c
-                resid[(u, v)] = max(c * (1.0 - util), RESIDUAL_FLOOR * c)
+                fair = c / (t.flows + 1.0) if t is not None and t.flows is not None else 0.0
+                resid[(u, v)] = max(c * (1.0 - util), fair, RESIDUAL_FLOOR * c)
                 delay[(u, v)] = lat + 8.0 * q / c
             if not is_switch[index[ln.src]]:
                 attach[ln.src] = ln.dst

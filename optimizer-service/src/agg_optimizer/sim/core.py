@@ -86,6 +86,7 @@ class Simulator:
         self._width[slot] = w
         self._links[slot, :w] = flow.links
         self._mult[slot, :w] = flow.mult
+        self._mult[slot, w:] = 0.0
         self._cls[slot] = flow.cls
         flow._slot = slot  # type: ignore[attr-defined]
         self._dirty = True
@@ -106,6 +107,16 @@ class Simulator:
         if self._dirty:
             self._solve()
         return float(self._rate[slot]) if self._flows[slot] is flow else 0.0
+
+    def stream_counts(self) -> np.ndarray:
+        """Streams crossing each link now, per class (a component counts each of its
+        streams): what INT per-flow reports let a collector count."""
+        counts = np.zeros_like(self.link_rate)
+        rows = np.flatnonzero(self._alive)
+        if rows.size:
+            cls = np.broadcast_to(self._cls[rows][:, None], self._links[rows].shape)
+            np.add.at(counts, (cls, self._links[rows]), self._mult[rows])
+        return counts
 
     @property
     def n_flows(self) -> int:

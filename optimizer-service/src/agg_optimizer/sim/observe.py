@@ -41,18 +41,17 @@ class IntObserver:
         self.sim = sim
         self.period, self.window, self.staleness = period_s, window_s, staleness_s
         keep = int(np.ceil((window_s + staleness_s) / period_s)) + 3
-        self.samples: deque[tuple[float, np.ndarray]] = deque(maxlen=keep)
+        self.samples: deque[tuple[float, np.ndarray, np.ndarray]] = deque(maxlen=keep)
 
     def start(self) -> None:
         self._sample()
 
     def _sample(self) -> None:
-        self.samples.append((self.sim.t, self.sim.link_bytes.copy()))
+        self.samples.append((self.sim.t, self.sim.link_bytes.copy(), self.sim.stream_counts()))
         self.sim.after(self.period, self._sample)
 
-    def utilisation(self, exclude: Iterable[int] = ()) -> np.ndarray:
-        """Per directed link, what INT shows now: the average over the window that ended
-        `staleness_s` ago (zeros before two samples exist), classes in `exclude` left out."""
+    def _window(self) -> tuple[tuple, tuple] | None:
+        """The samples that bound the window ending `staleness_s` ago."""
         t_obs = self.sim.t - self.staleness
         newest = None
         for i in range(len(self.samples) - 1, -1, -1):
@@ -60,22 +59,47 @@ class IntObserver:
                 newest = i
                 break
         if newest is None or newest == 0:
-            return np.zeros(self.sim.fabric.n_links)
-        t1, b1 = self.samples[newest]
+            return None
+        t1 = self.samples[newest][0]
         oldest = newest
         while oldest > 0 and t1 - self.samples[oldest - 1][0] <= self.window + 1e-12:
             oldest -= 1
         if oldest == newest:
             oldest = newest - 1
-        t0, b0 = self.samples[oldest]
-        keep = np.ones(b1.shape[0], dtype=bool)
+        return self.samples[oldest], self.samples[newest]
+
+    def _keep(self, exclude: Iterable[int]) -> np.ndarray:
+        keep = np.ones(self.sim.link_bytes.shape[0], dtype=bool)
         keep[list(exclude)] = False
+        return keep
+
+    def utilisation(self, exclude: Iterable[int] = ()) -> np.ndarray:
+        """Per directed link, what INT shows now: the average over the window that ended
+        `staleness_s` ago (zeros before two samples exist), classes in `exclude` left out."""
+        w = self._window()
+        if w is None:
+            return np.zeros(self.sim.fabric.n_links)
+        (t0, b0, _), (t1, b1, _) = w
+        keep = self._keep(exclude)
         moved = (b1[keep] - b0[keep]).sum(axis=0)
         util = moved * 8.0 / (self.sim.capacity * (t1 - t0))
         return np.clip(util, 0.0, 1.0)
 
-    def telemetry(self, exclude: Iterable[int] = ()) -> Telemetry:
+    def flows(self, exclude: Iterable[int] = ()) -> np.ndarray:
+        """Per directed link, the streams crossing it, averaged over the same window."""
+        w = self._window()
+        if w is None:
+            return np.zeros(self.sim.fabric.n_links)
+        first, last = w
+        keep = self._keep(exclude)
+        inside = [s for s in self.samples if first[0] < s[0] <= last[0]]
+        return np.mean([s[2][keep].sum(axis=0) for s in inside], axis=0)
+
+    def telemetry(self, exclude: Iterable[int] = (), *, flow_counts: bool = True) -> Telemetry:
+        """The INT snapshot a strategy gets; `flow_counts=False` leaves out the per-link flow
+        counts (utilisation, queue and latency only)."""
         util = self.utilisation(exclude)
+        n = self.flows(exclude) if flow_counts else None
         u = np.minimum(util, MAX_UTIL_FOR_QUEUE)
         queue = np.minimum(PACKET_BYTES * u / (1.0 - u), BUFFER_BYTES)
         links = [
@@ -85,6 +109,7 @@ class IntObserver:
                 utilization=round(float(util[i]), 4),
                 queue_bytes=round(float(queue[i]), 1),
                 latency_us=LINK_LATENCY_US,
+                flows=None if n is None else round(float(n[i]), 2),
             )
             for i, (s, d) in enumerate(self.sim.fabric.links)
         ]

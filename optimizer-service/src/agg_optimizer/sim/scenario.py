@@ -64,6 +64,9 @@ class Scenario(BaseModel):
     int_period_s: float = Field(0.01, gt=0)
     int_window_s: float = Field(0.05, gt=0)
     int_staleness_s: float = Field(0.02, ge=0)
+    int_flow_counts: bool = Field(
+        True, description="INT reports the flows crossing each link (see LinkTelemetry.flows)."
+    )
     replace_every: int = Field(2, ge=0, description="Iterations between re-placements; 0: never.")
     switching_penalty_s: float = Field(0.0, ge=0)
     strategies: list[str] = Field(default_factory=lambda: list(engine.STRATEGIES), min_length=1)
@@ -203,6 +206,7 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
         pool_slots=scenario.pool_slots,
         replace_every=scenario.replace_every if strategy in DYNAMIC else 0,
         switching_penalty_s=scenario.switching_penalty_s,
+        flow_counts=scenario.int_flow_counts,
     )
     observer.start()
     bg.start()

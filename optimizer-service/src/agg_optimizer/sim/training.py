@@ -120,6 +120,7 @@ class Cluster:
         pool_slots: int,
         replace_every: int = 0,
         switching_penalty_s: float = 0.0,
+        flow_counts: bool = True,
     ) -> None:
         self.sim = sim
         self.fabric = sim.fabric
@@ -128,6 +129,7 @@ class Cluster:
         self.pool_slots = pool_slots
         self.replace_every = replace_every
         self.switching_penalty_s = switching_penalty_s
+        self.flow_counts = flow_counts
         topo: Topology = self.fabric.topology
         self.free = {n.id: slots for n in topo.nodes if n.kind == "switch" and n.programmable}
         self.jobs: dict[str, _Running] = {}
@@ -172,7 +174,9 @@ class Cluster:
         ]
         inst = Instance(
             topology=Topology(nodes=nodes, links=topo.links),
-            telemetry=self.observer.telemetry(exclude=[r.spec.traffic_class for r in runs]),
+            telemetry=self.observer.telemetry(
+                exclude=[r.spec.traffic_class for r in runs], flow_counts=self.flow_counts
+            ),
             jobs=[
                 Job(
                     id=r.spec.id,

@@ -17,7 +17,7 @@ from scipy import stats
 from ..context import Context
 from ..documents import Instance, Job, SolverStats
 from ..engine import build_placement
-from ..network import evaluate
+from ..network import Network, build_tree, evaluate
 from .core import Flow, Simulator
 from .observe import IntObserver
 from .scenario import Scenario
@@ -27,9 +27,14 @@ from .training import components
 
 @dataclass
 class Validity:
-    surrogate: np.ndarray
+    surrogate: np.ndarray  # INT with per-link flow counts (the default)
     bottleneck: np.ndarray
     simulated: np.ndarray
+    surrogate_util_only: np.ndarray  # INT utilisation, queue and latency only
+
+    @property
+    def spearman_util_only(self) -> float:
+        return _spearman(self.surrogate_util_only, self.simulated)
 
     @property
     def spearman_surrogate(self) -> float:
@@ -38,6 +43,13 @@ class Validity:
     @property
     def spearman_bottleneck(self) -> float:
         return _spearman(self.bottleneck, self.simulated)
+
+    @property
+    def spearman_better_half(self) -> float:
+        """Surrogate vs simulated among the half of placements the surrogate likes best: the
+        ones an optimiser chooses between."""
+        keep = self.surrogate <= np.median(self.surrogate)
+        return _spearman(self.surrogate[keep], self.simulated[keep])
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -85,9 +97,15 @@ def surrogate_validity(
     inst = Instance(topology=fabric.topology, telemetry=obs.telemetry(), jobs=[job])
     ctx = Context(inst)
     tree = ctx.int_trees[job.id]
+    # The same tree costed from INT without flow counts: the surrogate before that field.
+    plain = Network.from_instance(
+        inst.model_copy(update={"telemetry": obs.telemetry(flow_counts=False)})
+    )
+    _, pred, rows = ctx.int_routes
+    tree_plain = build_tree(plain, job, pred[rows[0]])
     rng = np.random.default_rng([seed, 11])
     candidates = list(tree.order)
-    sur, bot, simulated = [], [], []
+    sur, bot, simulated, plain_sur = [], [], [], []
     for _ in range(placements):
         k = int(rng.integers(0, len(candidates) + 1))
         aggs = {candidates[i] for i in rng.choice(len(candidates), size=k, replace=False)}
@@ -101,6 +119,7 @@ def surrogate_validity(
             flows.append(sim.add(Flow(links, mult.astype(float), float(job.update_bytes), 1)))
         sim.run(stop=lambda flows=flows: all(f.end is not None for f in flows))
         sur.append(cost.surrogate)
+        plain_sur.append(evaluate(tree_plain, aggs).surrogate)
         bot.append(cost.cct)
         simulated.append(sim.t - t0)
-    return Validity(np.array(sur), np.array(bot), np.array(simulated))
+    return Validity(np.array(sur), np.array(bot), np.array(simulated), np.array(plain_sur))
