@@ -350,3 +350,41 @@ def test_a_full_link_of_elastic_flows_still_offers_a_fair_share(flows, expected_
     )
     net = Network.from_instance(inst)
     assert net.resid[("s0", "s1")] == pytest.approx(expected_gbps * GBPS)
+
+
+def test_evaluate_writes_table_results_and_plots_and_replots_them(tmp_path):
+    sc = _tiny(strategies=["agg", "ps", "sharp"], seeds=2, iterations=1)
+    path = tmp_path / "tiny.json"
+    path.write_text(sc.model_dump_json())
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [*CLI, "evaluate", "--scenario", str(path), "-o", str(out), "--processes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2/6 done" in proc.stderr  # progress, one line per run when not on a terminal
+    summary = (out / "summary.md").read_text()
+    doc = json.loads((out / "results.json").read_text())["k4"]
+    assert len(doc["runs"]) == 6
+    assert all(len(r["records"]) == sc.jobs for r in doc["runs"])
+    means = {
+        r["strategy"]: np.mean(
+            [
+                x["cct_s"]
+                for r2 in doc["runs"]
+                if r2["strategy"] == r["strategy"]
+                for x in r2["records"]
+            ]
+        )
+        for r in doc["runs"]
+    }
+    assert means["sharp"] < means["ps"]  # summing beats incast at the PS
+    assert "vs PS-only" in summary and (out / "cdf-k4.png").stat().st_size > 10_000
+    (out / "summary.md").unlink()
+    again = subprocess.run(
+        [*CLI, "evaluate", "--replot", "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    assert (out / "summary.md").read_text() == summary

@@ -169,12 +169,24 @@ def evaluate(
     strategies: Annotated[
         str | None, typer.Option(help="Comma-separated subset of strategies")
     ] = None,
+    replot: Annotated[
+        bool, typer.Option(help="Only rewrite the table and plots from OUTPUT/results.json")
+    ] = False,
 ) -> None:
     """Simulate every strategy on a scenario's jobs and background; write the table
     (summary.md), all iterations (results.json) and plots to OUTPUT."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from .sim.evaluate import default_processes, run_all, write_results
+    from .sim.evaluate import default_processes, load_results, run_all, write_results
+
+    if replot:
+        src = output / "results.json"
+        if not src.is_file():
+            raise UserError(f"replot: no {src}")
+        scs, res = load_results(src)
+        text, plots = write_results(output, scs, res)
+        sys.stdout.write(text + "\n")
+        return
 
     if seeds is not None and seeds < 1:
         raise UserError("seeds: must be >= 1")

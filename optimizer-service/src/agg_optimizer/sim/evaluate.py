@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from .scenario import RunResult, Scenario, run
+from .training import IterationRecord
 
 OURS = "agg"
 NOT_BASELINES = frozenset({"agg", "milp"})
@@ -96,6 +97,7 @@ class Summary:
     vs_average: Interval | None
     vs_best: Interval | None
     separated_from_best: bool | None  # AGG's interval entirely below the best baseline's
+    vs_each: dict[str, Interval] | None = None  # paired reduction against every strategy
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -138,6 +140,11 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
     )
     vs_best = Interval.of([1 - ours[k] / by[best.strategy][k].mean() for k in seeds])
     agg_row = next(x for x in rows if x.strategy == OURS)
+    vs_each = {
+        x.strategy: Interval.of([1 - ours[k] / by[x.strategy][k].mean() for k in seeds])
+        for x in rows
+        if x.strategy != OURS
+    }
     return Summary(
         scenario=scenario,
         seeds=len(seeds),
@@ -147,6 +154,7 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
         vs_average=vs_avg,
         vs_best=vs_best,
         separated_from_best=agg_row.mean.hi < best.mean.lo,
+        vs_each=vs_each,
     )
 
 
@@ -181,6 +189,11 @@ def markdown(summary: Summary, scenario: Scenario) -> str:
             f"the means {'do not overlap' if summary.separated_from_best else 'overlap'}",
             "",
         ]
+    if summary.vs_each:
+        lines += ["| AGG's reduction of mean CCT against | paired by seed [95% CI] |", "|---|---|"]
+        for name, iv in summary.vs_each.items():
+            lines.append(f"| {name} | {iv.fmt(100, '%')} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -273,6 +286,22 @@ def write_results(
     text = "\n".join(md)
     (out / "summary.md").write_text(text + "\n")
     return text, plot(results, out)
+
+
+def load_results(path: Path) -> tuple[dict[str, Scenario], dict[str, list[RunResult]]]:
+    """Scenarios and runs back from a results.json that `write_results` wrote."""
+    doc = json.loads(path.read_text())
+    scenarios, results = {}, {}
+    for name, entry in doc.items():
+        scenarios[name] = Scenario.model_validate(entry["scenario"])
+        results[name] = [
+            RunResult(
+                **{k: v for k, v in run.items() if k != "records"},
+                records=[IterationRecord(**x) for x in run["records"]],
+            )
+            for run in entry["runs"]
+        ]
+    return scenarios, results
 
 
 def default_processes() -> int:
