@@ -234,6 +234,24 @@ def evaluate(
     )
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port.")] = 8080,
+) -> None:
+    """Run the REST service (settings from AGG_OPTIMIZER_* variables, docs/service.md)."""
+    import uvicorn
+
+    from .service.app import create_app
+    from .service.settings import Settings
+
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        raise UserError(f"settings: {describe_validation_error(e)}") from None
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
 def main() -> None:
     try:
         app()

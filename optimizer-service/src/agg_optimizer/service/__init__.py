@@ -1,0 +1,1 @@
+"""The optimizer REST service: jobs in, placements applied to ONOS as intents, kept right."""

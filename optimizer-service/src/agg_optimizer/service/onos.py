@@ -1,0 +1,300 @@
+"""ONOS REST client: topology, host resolution, intents, and the aggregation app's resource.
+
+A placement becomes one PointToPointIntent per (job, worker), keyed `ia-<job>-<worker MAC>`,
+matching the worker's MAC as source and the PS's MAC as destination, from the worker's
+attachment point to the PS's, with a WaypointConstraint listing every switch of the worker's
+placed path in order, so ONOS routes exactly that path through the job's aggregators
+(codecs: ONOS 2.7 `IntentCodec`, `PointToPointIntentCodec`, `DecodeConstraintCodecHelper`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from ..documents import JobPlacement, Placement, Topology
+from ..topology import from_onos
+
+log = logging.getLogger(__name__)
+
+MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")
+IP_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$|^[0-9A-Fa-f:]*:[0-9A-Fa-f:]*$")
+AGGREGATION_PATH = "/onos/innet-agg/aggregation"
+
+
+class OnosUnavailable(RuntimeError):
+    """ONOS did not answer (connection refused, timeout, 5xx after retries)."""
+
+
+class OnosError(RuntimeError):
+    """ONOS answered with an error for one request."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"ONOS {status}: {message}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    id: str
+    mac: str
+    ips: tuple[str, ...]
+    device: str
+    port: str
+
+
+@dataclass
+class IntentResult:
+    key: str
+    state: str
+    reason: str | None = None
+
+
+def intent_key(job_id: str, worker_mac: str) -> str:
+    return f"ia-{job_id}-{worker_mac.replace(':', '').lower()}"
+
+
+def job_of_key(key: str) -> str | None:
+    m = re.match(r"^ia-(.+)-[0-9a-f]{12}$", key)
+    return m.group(1) if m else None
+
+
+def intent_digest(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class OnosClient:
+    def __init__(
+        self,
+        base_url: str,
+        user: str,
+        password: str,
+        *,
+        app_id: str = "org.innetagg.optimizer",
+        timeout_s: float = 5.0,
+        retries: int = 2,
+        priority: int = 40000,
+        capacity_gbps: float = 10.0,
+    ) -> None:
+        self.base = base_url.rstrip("/")
+        self.root = self.base.rsplit("/onos/", 1)[0]
+        self.app_id = app_id
+        self.timeout = timeout_s
+        self.priority = priority
+        self.capacity_gbps = capacity_gbps
+        self.session = requests.Session()
+        # The password stays inside the session; it is never formatted into a message.
+        self.session.auth = (user, password)
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            status=retries,
+            backoff_factor=0.2,
+            status_forcelist=(502, 503, 504),
+            allowed_methods=frozenset({"GET", "DELETE", "PUT"}),
+            raise_on_status=False,
+        )
+        self.session.mount("http://", HTTPAdapter(max_retries=retry))
+        self.session.mount("https://", HTTPAdapter(max_retries=retry))
+        self._registered = False
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _request(self, method: str, url: str, **kw: Any) -> requests.Response:
+        try:
+            r = self.session.request(method, url, timeout=self.timeout, **kw)
+        except requests.RequestException as e:
+            raise OnosUnavailable(f"ONOS at {self.root} unreachable: {type(e).__name__}") from None
+        if r.status_code >= 500:
+            raise OnosUnavailable(f"ONOS at {self.root} answered {r.status_code}")
+        if r.status_code == 401:
+            raise OnosUnavailable(f"ONOS at {self.root} rejected the credentials (401)")
+        return r
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        r = self._request("GET", self.base + path)
+        if r.status_code != 200:
+            raise OnosError(r.status_code, _message(r))
+        return r.json()
+
+    def ping(self) -> None:
+        self._get_json("/devices")
+
+    # --- topology -------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        return self._get_json("/devices"), self._get_json("/links"), self._get_json("/hosts")
+
+    def topology(self) -> tuple[Topology, dict[str, HostInfo], dict[str, Any]]:
+        devices, links, hosts = self.snapshot()
+        topo = from_onos(devices, links, hosts, capacity_gbps=self.capacity_gbps)
+        infos: dict[str, HostInfo] = {}
+        for h in hosts.get("hosts", []):
+            locs = h.get("locations") or []
+            if not locs:
+                continue
+            infos[h["id"]] = HostInfo(
+                id=h["id"],
+                mac=h.get("mac", h["id"].split("/")[0]),
+                ips=tuple(h.get("ipAddresses", [])),
+                device=locs[0]["elementId"],
+                port=str(locs[0]["port"]),
+            )
+        return topo, infos, devices
+
+    # --- intents --------------------------------------------------------------------------
+
+    def register_app(self) -> None:
+        if self._registered:
+            return
+        r = self._request("POST", f"{self.base}/applications/{quote(self.app_id)}/register")
+        if r.status_code not in (200, 201):
+            raise OnosError(r.status_code, _message(r))
+        self._registered = True
+
+    def intent_bodies(
+        self, placement: JobPlacement, hosts: Mapping[str, HostInfo], ps: str
+    ) -> dict[str, dict[str, Any]]:
+        """The intents that pin each worker's path, by key."""
+        dst = hosts[ps]
+        out: dict[str, dict[str, Any]] = {}
+        for worker, path in placement.worker_paths.items():
+            src = hosts[worker]
+            switches = [n for n in path if n not in hosts]
+            body: dict[str, Any] = {
+                "type": "PointToPointIntent",
+                "appId": self.app_id,
+                "key": intent_key(placement.job_id, src.mac),
+                "priority": self.priority,
+                "selector": {
+                    "criteria": [
+                        {"type": "ETH_SRC", "mac": src.mac},
+                        {"type": "ETH_DST", "mac": dst.mac},
+                    ]
+                },
+                "ingressPoint": {"device": src.device, "port": src.port},
+                "egressPoint": {"device": dst.device, "port": dst.port},
+                "constraints": [{"type": "WaypointConstraint", "waypoints": switches}]
+                if switches
+                else [],
+            }
+            out[body["key"]] = body
+        return out
+
+    def submit(self, body: Mapping[str, Any]) -> None:
+        r = self._request("POST", self.base + "/intents", json=body)
+        if r.status_code not in (200, 201):
+            raise OnosError(r.status_code, _message(r))
+
+    def intent_state(self, key: str) -> str | None:
+        r = self._request("GET", f"{self.base}/intents/{quote(self.app_id)}/{quote(key)}")
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise OnosError(r.status_code, _message(r))
+        return r.json().get("state")
+
+    def wait_installed(self, keys: list[str], timeout_s: float) -> list[IntentResult]:
+        pending = set(keys)
+        results: dict[str, IntentResult] = {}
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            for key in sorted(pending):
+                state = self.intent_state(key)
+                if state in ("INSTALLED", "FAILED", "WITHDRAWN", None):
+                    reason = None
+                    if state == "FAILED":
+                        reason = "ONOS could not compile or install it (no path meets them)"
+                    elif state is None:
+                        reason = "ONOS does not know the intent"
+                    results[key] = IntentResult(key, state or "MISSING", reason)
+                    pending.discard(key)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for key in pending:
+            results[key] = IntentResult(key, "TIMEOUT", f"not INSTALLED within {timeout_s} s")
+        return [results[k] for k in keys]
+
+    def delete_intent(self, key: str) -> None:
+        r = self._request("DELETE", f"{self.base}/intents/{quote(self.app_id)}/{quote(key)}")
+        if r.status_code not in (200, 204, 404):
+            raise OnosError(r.status_code, _message(r))
+
+    def our_intents(self) -> dict[str, str]:
+        """Keys of this application's intents in ONOS, with their state."""
+        r = self._request("GET", f"{self.base}/intents/application/{quote(self.app_id)}")
+        if r.status_code == 404:  # the application id was never registered
+            return {}
+        if r.status_code != 200:
+            raise OnosError(r.status_code, _message(r))
+        return {i["key"]: i.get("state", "") for i in r.json().get("intents", [])}
+
+
+class AggregationApi:
+    """The ONOS app's aggregation resource (docs/onos-aggregation-api.md)."""
+
+    def __init__(self, client: OnosClient) -> None:
+        self.client = client
+
+    def _url(self, job_id: str) -> str:
+        return f"{self.client.root}{AGGREGATION_PATH}/{quote(job_id, safe='')}"
+
+    def apply(self, job: JobPlacement, strategy: str) -> str:
+        """Returns `applied`, or `app-not-installed` when ONOS has no such resource."""
+        doc = Placement(
+            strategy=strategy,
+            jobs=[job],
+            objective_s=job.surrogate_s,
+            mean_predicted_cct_s=job.predicted_cct_s,
+            stats={"path": "heuristic"},
+        )
+        r = self.client._request("POST", self._url(job.job_id), json=doc.model_dump(mode="json"))
+        if r.status_code == 404:
+            return "app-not-installed"
+        if r.status_code not in (200, 201, 204):
+            raise OnosError(r.status_code, _message(r))
+        return "applied"
+
+    def remove(self, job_id: str) -> str:
+        r = self.client._request("DELETE", self._url(job_id))
+        if r.status_code == 404:
+            return "app-not-installed-or-absent"
+        if r.status_code not in (200, 204):
+            raise OnosError(r.status_code, _message(r))
+        return "removed"
+
+
+def _message(r: requests.Response) -> str:
+    try:
+        body = r.json()
+        return str(body.get("message", body))[:300]
+    except ValueError:
+        return (r.text or r.reason or "")[:300]
+
+
+def resolve_host(ref: str, hosts: Mapping[str, HostInfo]) -> str | None:
+    """An ONOS host id, MAC or IP → the host id, or None."""
+    if ref in hosts:
+        return ref
+    if MAC_RE.match(ref):
+        for h in hosts.values():
+            if h.mac.lower() == ref.lower():
+                return h.id
+        return None
+    for h in hosts.values():
+        if ref in h.ips:
+            return h.id
+    return None
