@@ -226,7 +226,10 @@ def evaluate(
                 sc, n, processes=processes or default_processes(), on_done=tick
             )
             progress.update(task, description=sc.name)
-    text, plots = write_results(output, {sc.name: sc for sc in chosen}, results)
+            # after every scenario, so a long suite that is stopped keeps what it finished
+            text, plots = write_results(
+                output, {s.name: s for s in chosen if s.name in results}, results
+            )
     console.print(text)
     console.print(
         f"wrote {output / 'summary.md'}, {output / 'results.json'}, "

@@ -286,8 +286,9 @@ def _presets() -> dict[str, Scenario]:
         ),
         Scenario(
             name="k8-load70",
-            description="paper with 70% background load.",
-            **base | {"background_load": 0.7},
+            description="paper with 70% background load, in flows of 300 MB to 3 GB (fewer, "
+            "larger flows keep the simulation within minutes).",
+            **base | {"background_load": 0.7, "bg_size_min_bytes": 300e6, "bg_size_max_bytes": 3e9},
         ),
         Scenario(
             name="leaf-spine",
