@@ -55,6 +55,8 @@ P4C ?= $(or $(shell command -v p4c-bm2-ss 2>/dev/null),$(wildcard /opt/p4/bin/p4
 P4_SRC := p4/innet_agg.p4 $(wildcard p4/include/*.p4)
 p4: p4/build/innet_agg.json
 
+# build/innet_agg.sources.sha256 fingerprints the sources compiled, so a test catches
+# committed outputs that are older than the committed source.
 # --Wdisable=invalid-header: p4c does not follow an isValid() test across a `return` (int.p4).
 p4/build/innet_agg.json: $(P4_SRC)
 	@if [ -z "$(P4C)" ]; then \
@@ -64,3 +66,5 @@ p4/build/innet_agg.json: $(P4_SRC)
 	       "-o p4/build/innet_agg.json p4/innet_agg.p4"; exit 1; fi
 	cd p4 && $(P4C) --std p4-16 --Wdisable=invalid-header --Wdisable=deprecated \
 	  --p4runtime-files build/innet_agg.p4info.txt -o build/innet_agg.json innet_agg.p4
+	cd p4 && cat innet_agg.p4 $$(ls include/*.p4 | LC_ALL=C sort) | sha256sum | cut -d' ' -f1 \
+	  > build/innet_agg.sources.sha256

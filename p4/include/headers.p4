@@ -174,9 +174,12 @@ struct local_metadata_t {
     @field_list(1) bit<5>  int_hop_ml;
     @field_list(1) bit<8>  int_remaining_hop_cnt;
     @field_list(1) bit<16> int_instruction_bitmap;
-    @field_list(1) port_t  int_egress_port;   // where the original went, for the sink's hop
+    @field_list(1) port_t  int_ingress_port;  // the original's ports, for the sink's hop:
+    @field_list(1) port_t  int_egress_port;   // a clone's own are 0 and the mirror port,
+    @field_list(1) bit<48> int_ingress_ts;    // and its ingress timestamp is 0
     bit<1>  int_sink;
     bit<32> switch_id;
+    bit<8>  agg_lanes_left;  // parser loop counter
 }
 
 #endif

@@ -24,11 +24,17 @@
 control IntIngress(inout headers_t hdr, inout local_metadata_t local_metadata,
                    inout standard_metadata_t standard_metadata) {
 
-    action int_source(bit<5> hop_ml, bit<8> remaining_hop_cnt, bit<16> instruction_bitmap) {
+    // Hop ML follows from the bitmap (timestamps take two words), so the control plane
+    // cannot announce a per-hop length that differs from what the hops push.
+    action int_source(bit<8> remaining_hop_cnt, bit<16> instruction_bitmap) {
+        bit<16> b = instruction_bitmap & INT_FULL_BITMAP_SUPPORTED;
         local_metadata.int_source = 1;
-        local_metadata.int_hop_ml = hop_ml;
         local_metadata.int_remaining_hop_cnt = remaining_hop_cnt;
-        local_metadata.int_instruction_bitmap = instruction_bitmap & INT_FULL_BITMAP_SUPPORTED;
+        local_metadata.int_instruction_bitmap = b;
+        local_metadata.int_hop_ml = (bit<5>)(b >> 15) + (bit<5>)((b >> 14) & 1)
+            + (bit<5>)((b >> 13) & 1) + (bit<5>)((b >> 12) & 1)
+            + (((bit<5>)((b >> 11) & 1)) << 1) + (((bit<5>)((b >> 10) & 1)) << 1)
+            + (bit<5>)((b >> 8) & 1);
     }
 
     // The watchlist: which flows get INT at this switch (the source).
@@ -66,7 +72,9 @@ control IntIngress(inout headers_t hdr, inout local_metadata_t local_metadata,
         if (hdr.int_shim.isValid() || local_metadata.int_source == 1) {
             int_sink.apply();
             if (local_metadata.int_sink == 1) {
+                local_metadata.int_ingress_port = standard_metadata.ingress_port;
                 local_metadata.int_egress_port = standard_metadata.egress_spec;
+                local_metadata.int_ingress_ts = standard_metadata.ingress_global_timestamp;
                 clone_preserving_field_list(CloneType.I2E, REPORT_CLONE_SESSION,
                                             REPORT_CLONE_FIELDS);
             }
@@ -150,9 +158,13 @@ control IntEgress(inout headers_t hdr, inout local_metadata_t local_metadata,
             hdr.int_md.e = 1;  // max hop count exceeded: forward without pushing
             return;
         }
+        port_t in_port = standard_metadata.ingress_port;
         port_t eg_port = standard_metadata.egress_port;
+        bit<48> in_ts = standard_metadata.ingress_global_timestamp;
         if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE) {
-            eg_port = local_metadata.int_egress_port;  // the report's hop is the original's
+            in_port = local_metadata.int_ingress_port;  // the report's hop is the original's
+            eg_port = local_metadata.int_egress_port;
+            in_ts = local_metadata.int_ingress_ts;
         }
         bit<16> bitmap = hdr.int_md.instruction_bitmap;
         bit<48> now = standard_metadata.egress_global_timestamp;
@@ -180,13 +192,13 @@ control IntEgress(inout headers_t hdr, inout local_metadata_t local_metadata,
         }
         if (bitmap & 0x4000 != 0) {
             hdr.int_l1_ports.setValid();
-            hdr.int_l1_ports.ingress_port = (bit<16>)standard_metadata.ingress_port;
+            hdr.int_l1_ports.ingress_port = (bit<16>)in_port;
             hdr.int_l1_ports.egress_port = (bit<16>)eg_port;
         }
         if (bitmap & 0x2000 != 0) {
             hdr.int_hop_latency.setValid();
             hdr.int_hop_latency.hop_latency =
-                (bit<32>)(now - standard_metadata.ingress_global_timestamp) * NS_PER_US;
+                (bit<32>)(now - in_ts) * NS_PER_US;
         }
         if (bitmap & 0x1000 != 0) {
             hdr.int_q_occupancy.setValid();
@@ -196,7 +208,7 @@ control IntEgress(inout headers_t hdr, inout local_metadata_t local_metadata,
         if (bitmap & 0x0800 != 0) {
             hdr.int_ingress_ts.setValid();
             hdr.int_ingress_ts.ingress_ts =
-                (bit<64>)standard_metadata.ingress_global_timestamp * (bit<64>)NS_PER_US;
+                (bit<64>)in_ts * (bit<64>)NS_PER_US;
         }
         if (bitmap & 0x0400 != 0) {
             hdr.int_egress_ts.setValid();
@@ -253,7 +265,11 @@ control IntReport(inout headers_t hdr, inout local_metadata_t local_metadata,
     }
 
     apply {
-        if (!hdr.int_md.isValid() || !report_collector.apply().hit) {
+        if (hdr.int_md.isValid()) {
+            report_collector.apply();
+        }
+        // A keyless table's default action is a miss: its effect tells it was configured.
+        if (!hdr.report_udp.isValid()) {
             mark_to_drop(standard_metadata);
             return;
         }

@@ -71,13 +71,16 @@ parser ParserImpl(packet_in packet, out headers_t hdr, inout local_metadata_t lo
 
     state parse_agg {
         packet.extract(hdr.agg);
+        local_metadata.agg_lanes_left = AGG_LANES;
         transition parse_agg_value;
     }
 
+    // A counter, not `lastIndex`: bmv2 cannot select on a header stack's last index.
     state parse_agg_value {
         packet.extract(hdr.agg_values.next);
-        transition select(hdr.agg_values.lastIndex) {
-            AGG_LANES - 1: accept;
+        local_metadata.agg_lanes_left = local_metadata.agg_lanes_left - 1;
+        transition select(local_metadata.agg_lanes_left) {
+            0: accept;
             default: parse_agg_value;
         }
     }

@@ -58,7 +58,7 @@ INT_WATCHLIST_MATCH_FIELDS = (
     "local_metadata.l4_dst_port",
 )
 INT_SOURCE = "IngressPipe.int_ingress.int_source"
-INT_SOURCE_PARAMS = ("hop_ml", "remaining_hop_cnt", "instruction_bitmap")
+INT_SOURCE_PARAMS = ("remaining_hop_cnt", "instruction_bitmap")
 INT_SINK_TABLE = "IngressPipe.int_ingress.int_sink"
 INT_SINK_MATCH_FIELDS = ("egress_port",)
 INT_SET_SINK = "IngressPipe.int_ingress.int_set_sink"
