@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 from agg_agent import p4names
 
@@ -60,6 +61,7 @@ class Bmv2:
         self.ports = ports
         self.thrift_port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[str] | None = None
 
     def host_if(self, port: int) -> str:
         return f"{self.prefix}h{port}"
@@ -78,10 +80,12 @@ class Bmv2:
             args += ["-i", f"{i}@{self.prefix}s{i}"]
         args.append(str(ROOT / p4names.BMV2_JSON_PATH))
         log = os.environ.get("INNET_AGG_BMV2_LOG")  # a file for simple_switch's packet log
-        out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
         if log:
             args.insert(1, "--log-console")
-        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.PIPE)
+            self._log = open(log, "w")  # closed in __exit__
+        self.proc = subprocess.Popen(
+            args, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         deadline = time.monotonic() + 15
         while True:
             if self.proc.poll() is not None:
@@ -105,6 +109,8 @@ class Bmv2:
                 self.proc.wait()
         for i in self.ports:
             subprocess.run(["ip", "link", "del", f"{self.prefix}s{i}"], capture_output=True)
+        if self._log is not None:
+            self._log.close()
 
     def cli(self, *commands: str) -> str:
         """Run simple_switch_CLI commands; raise if any of them reports an error."""

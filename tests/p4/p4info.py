@@ -8,7 +8,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_TOKEN = re.compile(r'\s*(?:#[^\n]*\n|([A-Za-z_][\w.]*)\s*(:)?\s*|(\{)|(\})|("(?:[^"\\]|\\.)*")|(-?\w+))')
+_TOKEN = re.compile(
+    r"\s*(?:#[^\n]*\n"  # a comment
+    r"|([A-Za-z_][\w.]*)\s*(:)?\s*"  # a field name, or an enum value
+    r"|(\{)|(\})"
+    r'|("(?:[^"\\]|\\.)*")'  # a string
+    r"|(-?\w+))"  # a number
+)
 
 Message = dict[str, list["Message | str | int"]]
 
