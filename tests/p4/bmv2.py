@@ -7,9 +7,12 @@ bmv2's that runs on the system Python, outside this workspace's environment.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -47,6 +50,17 @@ def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
+def _tx_checksum_off(dev: str) -> None:
+    """`ethtool -K dev tx off` by ioctl (no ethtool here): a veth otherwise hands bmv2 UDP
+    packets whose checksum the kernel left for the NIC to finish, and the receiving host
+    drops them as corrupt."""
+    siocethtool, ethtool_stxcsum = 0x8946, 0x17
+    value = array.array("I", [ethtool_stxcsum, 0])
+    ifreq = struct.pack("16sP16x", dev.encode(), value.buffer_info()[0])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), siocethtool, ifreq)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -67,6 +81,13 @@ class Bmv2:
         return f"{self.prefix}h{port}"
 
     def __enter__(self) -> Bmv2:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> Bmv2:
         for i in self.ports:
             sw, host = f"{self.prefix}s{i}", self.host_if(i)
             subprocess.run(["ip", "link", "del", sw], capture_output=True)
@@ -75,6 +96,7 @@ class Bmv2:
                 # No IPv6: router solicitations and DAD would be extra packets on the ports.
                 _run("sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1")
                 _run("ip", "link", "set", dev, "up")
+            _tx_checksum_off(host)
         args = [_tool("simple_switch") or "simple_switch", "--thrift-port", str(self.thrift_port)]
         for i in self.ports:
             args += ["-i", f"{i}@{self.prefix}s{i}"]
@@ -82,7 +104,7 @@ class Bmv2:
         log = os.environ.get("INNET_AGG_BMV2_LOG")  # a file for simple_switch's packet log
         if log:
             args.insert(1, "--log-console")
-            self._log = open(log, "w")  # closed in __exit__
+            self._log = open(log, "w")  # noqa: SIM115 (closed in __exit__)
         self.proc = subprocess.Popen(
             args, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.PIPE
         )
@@ -155,3 +177,51 @@ class RawPort:
             if addr[2] != socket.PACKET_OUTGOING:  # our own sends show up too
                 out.append(data)
         return out
+
+
+class Hosts:
+    """Move host-side veths of `sw` into network namespaces: host i is 10.0.0.i with MAC
+    00:00:00:00:00:0i, and knows every other host's MAC (the pipeline does not answer ARP
+    without ONOS). `run(i, argv)` starts a process in host i's namespace."""
+
+    def __init__(self, sw: Bmv2, hosts: list[int]) -> None:
+        self.sw, self.hosts = sw, hosts
+
+    def ns(self, i: int) -> str:
+        return f"{self.sw.prefix}n{i}"
+
+    def __enter__(self) -> Hosts:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> Hosts:
+        for i in self.hosts:
+            ns, dev = self.ns(i), self.sw.host_if(i)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "set", dev, "netns", ns)
+            ex = ("ip", "netns", "exec", ns)
+            _run(*ex, "ip", "link", "set", dev, "address", f"00:00:00:00:00:{i:02x}")
+            _run(*ex, "ip", "addr", "add", f"10.0.0.{i}/24", "dev", dev)
+            _run(*ex, "ip", "link", "set", dev, "up")
+            _run(*ex, "ip", "link", "set", "lo", "up")
+            for j in self.hosts:
+                if j != i:
+                    mac = f"00:00:00:00:00:{j:02x}"
+                    _run(*ex, "ip", "neigh", "add", f"10.0.0.{j}", "lladdr", mac, "dev", dev)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for i in self.hosts:
+            subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+
+    def run(self, i: int, argv: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(i), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
