@@ -61,6 +61,16 @@ def _tx_checksum_off(dev: str) -> None:
         fcntl.ioctl(s.fileno(), siocethtool, ifreq)
 
 
+def veth_link(a: str, b: str) -> None:
+    """A veth pair between two switches' ports (no IPv6, no checksum offload)."""
+    subprocess.run(["ip", "link", "del", a], capture_output=True)
+    _run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+    for dev in (a, b):
+        _run("sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+        _run("ip", "link", "set", dev, "up")
+        _tx_checksum_off(dev)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,9 +80,12 @@ def _free_port() -> int:
 class Bmv2:
     """One simple_switch whose port i is veth `<prefix>s<i>`; tests use `<prefix>h<i>`."""
 
-    def __init__(self, ports: list[int], prefix: str | None = None) -> None:
+    def __init__(
+        self, ports: list[int], prefix: str | None = None, links: dict[int, str] | None = None
+    ) -> None:
         self.prefix = prefix or f"ia{os.getpid() % 10000}"
-        self.ports = ports
+        self.links = links or {}  # port -> an interface made by the caller (to another switch)
+        self.ports = [p for p in ports if p not in self.links]
         self.thrift_port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[str] | None = None
@@ -97,9 +110,16 @@ class Bmv2:
                 _run("sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1")
                 _run("ip", "link", "set", dev, "up")
             _tx_checksum_off(host)
-        args = [_tool("simple_switch") or "simple_switch", "--thrift-port", str(self.thrift_port)]
+        # Own Thrift port and notification socket: several switches (and test runs) at once.
+        args = [
+            _tool("simple_switch") or "simple_switch",
+            *("--thrift-port", str(self.thrift_port)),
+            *("--notifications-addr", f"ipc:///tmp/bmv2-{self.prefix}-notifications.ipc"),
+        ]
         for i in self.ports:
             args += ["-i", f"{i}@{self.prefix}s{i}"]
+        for i, dev in self.links.items():
+            args += ["-i", f"{i}@{dev}"]
         args.append(str(ROOT / p4names.BMV2_JSON_PATH))
         log = os.environ.get("INNET_AGG_BMV2_LOG")  # a file for simple_switch's packet log
         if log:
@@ -131,6 +151,7 @@ class Bmv2:
                 self.proc.wait()
         for i in self.ports:
             subprocess.run(["ip", "link", "del", f"{self.prefix}s{i}"], capture_output=True)
+        Path(f"/tmp/bmv2-{self.prefix}-notifications.ipc").unlink(missing_ok=True)
         if self._log is not None:
             self._log.close()
 

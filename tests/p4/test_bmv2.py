@@ -153,3 +153,53 @@ def test_int_source_and_sink_report_decodes_and_packet_is_restored(
     assert hop.egress_ts >= hop.ingress_ts > 0
     assert hop.hop_latency is not None and hop.hop_latency < 10**9  # ns, from one switch
     assert hop.tx_utilization is not None
+
+
+def test_int_across_two_switches_source_transit_sink() -> None:
+    """Switch A (node 10) is source, switch B (node 20) transit and sink: B's report holds
+    both hops, newest first; the host behind B gets the packet as A's host sent it."""
+    pre = f"ic{bmv2.os.getpid() % 10000}"
+    bmv2.veth_link(f"{pre}xa", f"{pre}xb")
+    try:
+        with (
+            bmv2.Bmv2([1, 2], prefix=f"{pre}a", links={2: f"{pre}xa"}) as a,
+            bmv2.Bmv2([1, 2, 3], prefix=f"{pre}b", links={1: f"{pre}xb"}) as b,
+        ):
+            to_port2 = fwd_to(2, 2)
+            a.cli(
+                to_port2,
+                f"table_set_default {n.INT_SWITCH_TABLE} {n.INT_SET_SWITCH} 10",
+                f"table_add {n.INT_WATCHLIST_TABLE} {n.INT_SOURCE} {ANY} {ANY} 17&&&0xff "
+                f"{ANY} 5000&&&0xffff => 8 0xf000 10",
+            )
+            b.cli(
+                to_port2,
+                f"table_set_default {n.INT_SWITCH_TABLE} {n.INT_SET_SWITCH} 20",
+                f"table_add {n.INT_SINK_TABLE} {n.INT_SET_SINK} 2 =>",
+                f"table_set_default {n.REPORT_TABLE} {n.REPORT_SET_COLLECTOR} "
+                f"00:00:00:00:00:fe 00:00:00:00:00:05 10.0.9.254 10.0.9.1 32766",
+                f"mirroring_add {n.REPORT_CLONE_SESSION} 3",
+            )
+            sender, host, collector = (
+                bmv2.RawPort(a.host_if(1)),
+                bmv2.RawPort(b.host_if(2)),
+                bmv2.RawPort(b.host_if(3)),
+            )
+            try:
+                frame = udp_frame(1, 2, 1234, 5000, b"two hops", dscp=3)
+                sender.send(frame)
+                assert host.frames(1.0, want=1) == [frame]
+                got = collector.frames(1.0, want=1)
+            finally:
+                for r in (sender, host, collector):
+                    r.close()
+    finally:
+        bmv2.subprocess.run(["ip", "link", "del", f"{pre}xa"], capture_output=True)
+    payload = udp_payload(got[0], 32766) if got else None
+    assert payload is not None, "no report from the sink"
+    (r,) = Decoder().decode(payload)
+    assert (r.node_id, r.hop_count, r.remaining_hop_count) == (20, 2, 6)
+    assert [(h.node_id, h.ingress_port, h.egress_port) for h in r.hops()] == [
+        (20, 1, 2),
+        (10, 1, 2),
+    ]
