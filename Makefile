@@ -61,9 +61,9 @@ p4: p4/build/innet_agg.json
 p4/build/innet_agg.json: $(P4_SRC)
 	@if [ -z "$(P4C)" ]; then \
 	  echo "make p4: p4c-bm2-ss not found (PATH or /opt/p4/bin). Build p4c from its public" \
-	       "sources, or run: docker run --rm -v \$$PWD:/w -w /w opennetworking/p4c" \
-	       "p4c-bm2-ss --std p4-16 --p4runtime-files p4/build/innet_agg.p4info.txt" \
-	       "-o p4/build/innet_agg.json p4/innet_agg.p4"; exit 1; fi
+	       "sources, or use the opennetworking/p4c image:" \
+	       "make p4 P4C='docker run --rm -v \$$PWD:/w -w /w opennetworking/p4c p4c-bm2-ss'"; \
+	  exit 1; fi
 	cd p4 && $(P4C) --std p4-16 --Wdisable=invalid-header --Wdisable=deprecated \
 	  --p4runtime-files build/innet_agg.p4info.txt -o build/innet_agg.json innet_agg.p4
 	cd p4 && cat innet_agg.p4 $$(ls include/*.p4 | LC_ALL=C sort) | sha256sum | cut -d' ' -f1 \

@@ -47,16 +47,19 @@ def worker(
     seed: int = 0,
 ) -> None:
     """Send random tensors in [-bound, bound] (seeded) for `iterations` iterations."""
-    fixed = FixedPoint.for_bound(bound, workers)
-    w = Worker(
-        job,
-        worker_id,
-        fixed,
-        _address(ps, "--ps"),
-        window,
-        timeout_ms / 1000,
-        bind=_address(bind, "--bind"),
-    )
+    try:
+        fixed = FixedPoint.for_bound(bound, workers)
+        w = Worker(
+            job,
+            worker_id,
+            fixed,
+            _address(ps, "--ps"),
+            window,
+            timeout_ms / 1000,
+            bind=_address(bind, "--bind"),
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     rng = np.random.default_rng(seed + worker_id)
     try:
         for _ in range(iterations):
@@ -79,8 +82,11 @@ def parameter_server(
 ) -> None:
     """Complete `iterations` iterations from aggregated and raw packets; print their stats."""
     addrs = [_address(a, f"--worker-addr[{i}]") for i, a in enumerate(worker_addr)]
-    fixed = FixedPoint.for_bound(bound, len(addrs))
-    ps = ParameterServer(job, fixed, size, addrs, bind=_address(bind, "--bind"))
+    try:
+        fixed = FixedPoint.for_bound(bound, len(addrs))
+        ps = ParameterServer(job, fixed, size, addrs, bind=_address(bind, "--bind"))
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     try:
         for r in ps.run(iterations):
             print(
