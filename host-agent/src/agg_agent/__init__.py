@@ -1,0 +1,1 @@
+"""Host endpoints of the in-network aggregation protocol (docs/protocols.md)."""

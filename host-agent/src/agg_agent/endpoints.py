@@ -1,0 +1,264 @@
+"""Worker and parameter-server endpoints (state machines in docs/protocols.md).
+
+Worker: one iteration sends its tensor as ceil(n / 32) chunks with consecutive sequence
+numbers; chunk `seq` uses slot `seq % window`, and at most `window` chunks past the oldest
+unacknowledged one are in flight, so a slot is reused only after the parameter server
+completed its previous chunk (which implies every switch on the way freed it). A chunk not
+acknowledged within `timeout` is sent again with the retransmission flag.
+
+Parameter server: accepts a packet for a chunk when its contributor bitmap is disjoint from
+what the chunk already holds, whether it is an aggregate, a raw worker packet (no switch
+aggregates the job: the fallback) or a mix; a chunk is complete when every worker is in,
+and is then acknowledged to every worker; a packet for a completed chunk is acknowledged
+again to its contributors (their acknowledgement was lost).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from agg_agent.fixedpoint import FixedPoint
+from agg_agent.protocol import (
+    FLAG_ACK,
+    FLAG_RETRANSMIT,
+    LANES,
+    AggPacket,
+    PacketError,
+)
+
+Address = tuple[str, int]
+
+
+def chunk_count(size: int) -> int:
+    return math.ceil(size / LANES)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    iteration: int
+    seconds: float
+    packets: int
+    retransmissions: int
+
+
+class Worker:
+    def __init__(
+        self,
+        job_id: int,
+        worker_id: int,
+        fixed: FixedPoint,
+        target: Address,
+        window: int = 16,
+        timeout: float = 0.05,
+        max_retries: int = 50,
+        bind: Address = ("127.0.0.1", 0),
+    ) -> None:
+        if not 0 <= worker_id < fixed.workers:
+            raise ValueError(f"worker_id: {worker_id} outside 0..{fixed.workers - 1}")
+        if not 1 <= window <= 0xFFFF:
+            raise ValueError(f"window: {window} outside 1..65535")
+        self.job_id, self.worker_id, self.fixed = job_id, worker_id, fixed
+        self.target, self.window, self.timeout, self.max_retries = (
+            target,
+            window,
+            timeout,
+            max_retries,
+        )
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(bind)
+        self.address: Address = self.sock.getsockname()
+        self.next_seq = 0
+        self.iteration = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _packet(self, seq: int, values: npt.NDArray[np.int32], flags: int) -> bytes:
+        return AggPacket(
+            job_id=self.job_id,
+            slot=seq % self.window,
+            worker_id=self.worker_id,
+            fan_in=self.fixed.workers,
+            seq=seq,
+            contributors=1 << self.worker_id,
+            flags=flags,
+            values=tuple(int(v) for v in values),
+        ).encode()
+
+    def run_iteration(self, tensor: npt.ArrayLike) -> WorkerStats:
+        """Send `tensor` and return when every chunk is acknowledged."""
+        q = self.fixed.to_fixed(np.ravel(np.asarray(tensor, dtype=np.float64)))
+        chunks = chunk_count(q.size)
+        padded = np.zeros(chunks * LANES, dtype=np.int32)
+        padded[: q.size] = q
+        lanes = padded.reshape(chunks, LANES)
+        first = self.next_seq
+        acked = [False] * chunks
+        sent_at: dict[int, float] = {}
+        tries: dict[int, int] = {}
+        low = nxt = 0  # oldest unacknowledged chunk, next chunk never sent
+        packets = retrans = 0
+        start = time.perf_counter()
+        while low < chunks:
+            while nxt < chunks and nxt < low + self.window:
+                self.sock.sendto(self._packet(first + nxt, lanes[nxt], 0), self.target)
+                sent_at[nxt], tries[nxt] = time.perf_counter(), 0
+                packets += 1
+                nxt += 1
+            now = time.perf_counter()
+            for c in [c for c, t in sent_at.items() if now - t >= self.timeout]:
+                tries[c] += 1
+                if tries[c] > self.max_retries:
+                    raise TimeoutError(
+                        f"seq {first + c}: no acknowledgement after {self.max_retries} retries"
+                    )
+                self.sock.sendto(self._packet(first + c, lanes[c], FLAG_RETRANSMIT), self.target)
+                sent_at[c] = now
+                packets += 1
+                retrans += 1
+            wait = min(sent_at.values(), default=now) + self.timeout - time.perf_counter()
+            self.sock.settimeout(max(wait, 1e-4))
+            try:
+                data = self.sock.recv(2048)
+            except TimeoutError:
+                continue
+            try:
+                ack = AggPacket.decode(data)
+            except PacketError:
+                continue
+            c = ack.seq - first
+            if ack.is_ack and ack.job_id == self.job_id and 0 <= c < chunks and not acked[c]:
+                acked[c] = True
+                sent_at.pop(c, None)
+                while low < chunks and acked[low]:
+                    low += 1
+        self.next_seq = first + chunks
+        stats = WorkerStats(self.iteration, time.perf_counter() - start, packets, retrans)
+        self.iteration += 1
+        return stats
+
+
+@dataclass(slots=True)
+class IterationResult:
+    iteration: int
+    total: npt.NDArray[np.float64]
+    seconds: float  # first packet of the iteration to its last chunk complete
+    aggregated_packets: int = 0
+    raw_packets: int = 0
+    duplicates: int = 0
+
+
+@dataclass(slots=True)
+class _Chunk:
+    bitmap: int = 0
+    acc: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(LANES, np.int64))
+
+
+class ParameterServer:
+    def __init__(
+        self,
+        job_id: int,
+        fixed: FixedPoint,
+        size: int,
+        workers: list[Address],
+        bind: Address = ("127.0.0.1", 0),
+    ) -> None:
+        if len(workers) != fixed.workers:
+            raise ValueError(f"workers: {len(workers)} addresses for {fixed.workers} workers")
+        if size < 1:
+            raise ValueError(f"size: {size} must be at least 1")
+        self.job_id, self.fixed, self.size, self.workers = job_id, fixed, size, workers
+        self.chunks = chunk_count(size)
+        self.all_mask = (1 << fixed.workers) - 1
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(bind)
+        self.address: Address = self.sock.getsockname()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _ack(self, seq: int, mask: int) -> None:
+        for w in range(self.fixed.workers):
+            if mask >> w & 1:
+                pkt = AggPacket(self.job_id, seq % 0x10000, w, self.fixed.workers, seq, 0, FLAG_ACK)
+                self.sock.sendto(pkt.encode(), self.workers[w])
+
+    def run(
+        self, iterations: int, linger: float = 0.3, deadline: float = 60.0
+    ) -> list[IterationResult]:
+        """Complete `iterations` iterations, then keep acknowledging for `linger` seconds."""
+        results: list[IterationResult] = []
+        open_chunks: dict[int, _Chunk] = {}
+        done_upto = 0  # every seq below it is complete
+        done_ahead: set[int] = set()
+        cur: IterationResult | None = None
+        cur_start = 0.0
+        totals = np.zeros(self.chunks * LANES, np.int64)
+        remaining = self.chunks
+        stop_at = time.perf_counter() + deadline
+        linger_until: float | None = None
+        while True:
+            now = time.perf_counter()
+            if linger_until is not None and now >= linger_until:
+                return results
+            if now >= stop_at:
+                raise TimeoutError(
+                    f"iteration {len(results)}: incomplete after {deadline} s "
+                    f"({remaining} of {self.chunks} chunks missing)"
+                )
+            self.sock.settimeout(0.05)
+            try:
+                data = self.sock.recv(2048)
+            except TimeoutError:
+                continue
+            try:
+                pkt = AggPacket.decode(data)
+            except PacketError:
+                continue
+            if pkt.job_id != self.job_id or pkt.is_ack:
+                continue
+            seq = pkt.seq
+            if seq < done_upto or seq in done_ahead or linger_until is not None:
+                self._ack(seq, pkt.contributors & self.all_mask)
+                continue
+            it, c = divmod(seq, self.chunks)
+            if it != len(results):
+                continue  # a later iteration cannot start before this one completes
+            if cur is None:
+                cur = IterationResult(it, np.zeros(0), 0.0)
+                cur_start = time.perf_counter()
+            ch = open_chunks.setdefault(seq, _Chunk())
+            if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:
+                cur.duplicates += 1
+                continue
+            if pkt.is_aggregated:
+                cur.aggregated_packets += 1
+            else:
+                cur.raw_packets += 1
+            ch.bitmap |= pkt.contributors
+            ch.acc += np.asarray(pkt.values, np.int64)
+            if ch.bitmap != self.all_mask:
+                continue
+            self.fixed.check_sum(ch.acc)
+            totals[c * LANES : (c + 1) * LANES] = ch.acc
+            del open_chunks[seq]
+            done_ahead.add(seq)
+            while done_upto in done_ahead:
+                done_ahead.discard(done_upto)
+                done_upto += 1
+            self._ack(seq, self.all_mask)
+            remaining -= 1
+            if remaining == 0:
+                cur.seconds = time.perf_counter() - cur_start
+                cur.total = self.fixed.from_fixed(totals[: self.size])
+                results.append(cur)
+                cur, remaining = None, self.chunks
+                totals = np.zeros(self.chunks * LANES, np.int64)
+                if len(results) == iterations:
+                    linger_until = time.perf_counter() + linger

@@ -1,0 +1,126 @@
+"""Workers and the parameter server over real UDP sockets on loopback."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from agg_agent.endpoints import IterationResult, ParameterServer, Worker, WorkerStats
+from agg_agent.fixedpoint import FixedPoint
+from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch
+
+
+def run_job(
+    n: int,
+    size: int,
+    iterations: int,
+    target_of: Callable[[int, tuple[str, int]], tuple[str, int]],
+    ps_box: list[ParameterServer],
+    window: int = 8,
+) -> tuple[list[IterationResult], list[list[WorkerStats]], np.ndarray, FixedPoint]:
+    """Run `n` workers; worker w sends to target_of(w, ps_address)."""
+    fp = FixedPoint.for_bound(1.0, n)
+    workers = [Worker(7, w, fp, ("127.0.0.1", 9), window, timeout=0.02) for w in range(n)]
+    ps = ps_box[0] = ParameterServer(7, fp, size, [w.address for w in workers])
+    for w, wk in enumerate(workers):
+        wk.target = target_of(w, ps.address)
+    rng = np.random.default_rng(3)
+    tensors = rng.uniform(-1, 1, (iterations, n, size))
+    out: list[IterationResult] = []
+    stats: list[list[WorkerStats]] = [[] for _ in range(n)]
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            out.extend(ps.run(iterations, linger=0.3, deadline=30))
+        except BaseException as e:
+            errors.append(e)
+
+    def work(w: int) -> None:
+        try:
+            for it in range(iterations):
+                stats[w].append(workers[w].run_iteration(tensors[it, w]))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=serve)] + [
+        threading.Thread(target=work, args=(w,)) for w in range(n)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for wk in workers:
+        wk.close()
+    ps.close()
+    assert not errors, errors
+    return out, stats, tensors.sum(axis=1), fp
+
+
+def check_sums(out: list[IterationResult], expect: np.ndarray, fp: FixedPoint) -> None:
+    assert [r.iteration for r in out] == list(range(len(expect)))
+    for r, e in zip(out, expect, strict=True):
+        assert r.total.shape == e.shape
+        assert np.max(np.abs(r.total - e)) <= fp.error_bound
+        assert r.seconds > 0
+
+
+def test_no_switch_the_ps_completes_from_raw_packets() -> None:
+    box: list[ParameterServer] = [None]  # type: ignore[list-item]
+    out, stats, expect, fp = run_job(3, 100, 2, lambda w, ps: ps, box)
+    check_sums(out, expect, fp)
+    assert all(r.aggregated_packets == 0 and r.raw_packets == 3 * 4 for r in out)
+    assert all(s.retransmissions == 0 and s.packets == 4 for ws in stats for s in ws)
+
+
+def test_eight_workers_through_the_switch_model_under_one_percent_loss() -> None:
+    box: list[ParameterServer] = [None]  # type: ignore[list-item]
+    holder: dict[str, UdpSwitch] = {}
+    model = SwitchModel({7: JobConfig(pool_base=100, pool_size=8, fan_in=8)})
+
+    def target(w: int, ps: tuple[str, int]) -> tuple[str, int]:
+        if "sw" not in holder:
+            holder["sw"] = UdpSwitch(model, ps, loss=0.01, seed=5).__enter__()
+        return holder["sw"].address
+
+    try:
+        out, stats, expect, fp = run_job(8, 2000, 3, target, box)
+    finally:
+        holder["sw"].__exit__(None, None, None)
+    check_sums(out, expect, fp)
+    chunks = 63
+    assert sum(r.aggregated_packets for r in out) >= 3 * chunks * 0.9  # mostly aggregates
+    assert sum(s.retransmissions for ws in stats for s in ws) > 0  # loss was recovered
+
+
+def test_mixed_tree_aggregates_from_one_switch_raw_from_unconfigured_one() -> None:
+    # Workers 0-2 behind an aggregator (fan-in 3); workers 3-4 behind a switch without the
+    # job: the PS completes every chunk from one aggregate plus two raw packets.
+    box: list[ParameterServer] = [None]  # type: ignore[list-item]
+    sws: dict[str, UdpSwitch] = {}
+
+    def target(w: int, ps: tuple[str, int]) -> tuple[str, int]:
+        if not sws:
+            sws["agg"] = UdpSwitch(SwitchModel({7: JobConfig(0, 8, 3)}), ps).__enter__()
+            sws["plain"] = UdpSwitch(SwitchModel({}), ps).__enter__()
+        return sws["agg" if w < 3 else "plain"].address
+
+    try:
+        out, _, expect, fp = run_job(5, 320, 2, target, box)
+    finally:
+        for s in sws.values():
+            s.__exit__(None, None, None)
+    check_sums(out, expect, fp)
+    for r in out:
+        assert (r.aggregated_packets, r.raw_packets) == (10, 20)
+
+
+def test_bad_endpoint_parameters_name_the_field() -> None:
+    fp = FixedPoint.for_bound(1.0, 2)
+    with pytest.raises(ValueError, match="worker_id"):
+        Worker(1, 2, fp, ("127.0.0.1", 9))
+    with pytest.raises(ValueError, match="workers: 1 addresses"):
+        ParameterServer(1, fp, 10, [("127.0.0.1", 9)])

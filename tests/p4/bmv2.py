@@ -1,0 +1,248 @@
+"""Run simple_switch with the committed pipeline on veth pairs, for the bmv2 tests.
+
+Needs root, iproute2, bmv2's `simple_switch` and `simple_switch_CLI` (on PATH or in
+/opt/p4/bin); `skip_reason()` says which is missing. The CLI is a Python 2/3 script of
+bmv2's that runs on the system Python, outside this workspace's environment.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+from agg_agent import p4names
+
+ROOT = Path(__file__).resolve().parents[2]
+P4_BIN = Path("/opt/p4/bin")
+P4_PYTHONPATH = "/opt/p4/lib/python3.11/site-packages"
+
+
+def _tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    p = P4_BIN / name
+    return str(p) if p.exists() else None
+
+
+def skip_reason() -> str | None:
+    if os.environ.get("INNET_AGG_NO_BMV2"):
+        return "INNET_AGG_NO_BMV2 is set"
+    for tool in ("simple_switch", "simple_switch_CLI"):
+        if _tool(tool) is None:
+            return f"bmv2 not installed: no {tool} on PATH or in {P4_BIN}"
+    if shutil.which("ip") is None:
+        return "iproute2 (ip) not installed: veth pairs need it"
+    if os.geteuid() != 0:
+        return "veth pairs and raw sockets need root"
+    return None
+
+
+def _run(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def _tx_checksum_off(dev: str) -> None:
+    """`ethtool -K dev tx off` by ioctl (no ethtool here): a veth otherwise hands bmv2 UDP
+    packets whose checksum the kernel left for the NIC to finish, and the receiving host
+    drops them as corrupt."""
+    siocethtool, ethtool_stxcsum = 0x8946, 0x17
+    value = array.array("I", [ethtool_stxcsum, 0])
+    ifreq = struct.pack("16sP16x", dev.encode(), value.buffer_info()[0])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), siocethtool, ifreq)
+
+
+def veth_link(a: str, b: str) -> None:
+    """A veth pair between two switches' ports (no IPv6, no checksum offload)."""
+    subprocess.run(["ip", "link", "del", a], capture_output=True)
+    _run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+    for dev in (a, b):
+        _run("sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+        _run("ip", "link", "set", dev, "up")
+        _tx_checksum_off(dev)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Bmv2:
+    """One simple_switch whose port i is veth `<prefix>s<i>`; tests use `<prefix>h<i>`."""
+
+    def __init__(
+        self, ports: list[int], prefix: str | None = None, links: dict[int, str] | None = None
+    ) -> None:
+        self.prefix = prefix or f"ia{os.getpid() % 10000}"
+        self.links = links or {}  # port -> an interface made by the caller (to another switch)
+        self.ports = [p for p in ports if p not in self.links]
+        self.thrift_port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[str] | None = None
+
+    def host_if(self, port: int) -> str:
+        return f"{self.prefix}h{port}"
+
+    def __enter__(self) -> Bmv2:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> Bmv2:
+        for i in self.ports:
+            sw, host = f"{self.prefix}s{i}", self.host_if(i)
+            subprocess.run(["ip", "link", "del", sw], capture_output=True)
+            _run("ip", "link", "add", sw, "type", "veth", "peer", "name", host)
+            for dev in (sw, host):
+                # No IPv6: router solicitations and DAD would be extra packets on the ports.
+                _run("sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+                _run("ip", "link", "set", dev, "up")
+            _tx_checksum_off(host)
+        # Own Thrift port and notification socket: several switches (and test runs) at once.
+        args = [
+            _tool("simple_switch") or "simple_switch",
+            *("--thrift-port", str(self.thrift_port)),
+            *("--notifications-addr", f"ipc:///tmp/bmv2-{self.prefix}-notifications.ipc"),
+        ]
+        for i in self.ports:
+            args += ["-i", f"{i}@{self.prefix}s{i}"]
+        for i, dev in self.links.items():
+            args += ["-i", f"{i}@{dev}"]
+        args.append(str(ROOT / p4names.BMV2_JSON_PATH))
+        log = os.environ.get("INNET_AGG_BMV2_LOG")  # a file for simple_switch's packet log
+        if log:
+            args.insert(1, "--log-console")
+            self._log = open(log, "w")  # noqa: SIM115 (closed in __exit__)
+        self.proc = subprocess.Popen(
+            args, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"simple_switch exited: {self.proc.stderr.read().decode()}")
+            try:
+                self.cli("show_ports")
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for i in self.ports:
+            subprocess.run(["ip", "link", "del", f"{self.prefix}s{i}"], capture_output=True)
+        Path(f"/tmp/bmv2-{self.prefix}-notifications.ipc").unlink(missing_ok=True)
+        if self._log is not None:
+            self._log.close()
+
+    def cli(self, *commands: str) -> str:
+        """Run simple_switch_CLI commands; raise if any of them reports an error."""
+        env = dict(os.environ, PYTHONPATH=P4_PYTHONPATH)
+        cli = _tool("simple_switch_CLI") or "simple_switch_CLI"
+        r = subprocess.run(
+            ["/usr/bin/python3", cli, "--thrift-port", str(self.thrift_port)],
+            input="\n".join(commands) + "\n",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        bad = [ln for ln in r.stdout.splitlines() if "Error" in ln or "Invalid" in ln]
+        if r.returncode != 0 or bad or "Could not connect" in r.stderr + r.stdout:
+            raise RuntimeError(f"simple_switch_CLI: {bad or r.stderr.strip()[-300:]}")
+        return r.stdout
+
+
+class RawPort:
+    """A raw socket on a host-side veth: send frames into the switch, read what it sends."""
+
+    def __init__(self, ifname: str) -> None:
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        self.sock.bind((ifname, 0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame)
+
+    def frames(self, timeout: float, want: int | None = None) -> list[bytes]:
+        """Frames received until `timeout` passes with none, or `want` have arrived."""
+        out: list[bytes] = []
+        self.sock.settimeout(timeout)
+        while want is None or len(out) < want:
+            try:
+                data, addr = self.sock.recvfrom(4096)
+            except TimeoutError:
+                break
+            if addr[2] != socket.PACKET_OUTGOING:  # our own sends show up too
+                out.append(data)
+        return out
+
+
+class Hosts:
+    """Move host-side veths of `sw` into network namespaces: host i is 10.0.0.i with MAC
+    00:00:00:00:00:0i, and knows every other host's MAC (the pipeline does not answer ARP
+    without ONOS). `run(i, argv)` starts a process in host i's namespace."""
+
+    def __init__(self, sw: Bmv2, hosts: list[int]) -> None:
+        self.sw, self.hosts = sw, hosts
+
+    def ns(self, i: int) -> str:
+        return f"{self.sw.prefix}n{i}"
+
+    def __enter__(self) -> Hosts:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> Hosts:
+        for i in self.hosts:
+            ns, dev = self.ns(i), self.sw.host_if(i)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "set", dev, "netns", ns)
+            ex = ("ip", "netns", "exec", ns)
+            _run(*ex, "ip", "link", "set", dev, "address", f"00:00:00:00:00:{i:02x}")
+            _run(*ex, "ip", "addr", "add", f"10.0.0.{i}/24", "dev", dev)
+            _run(*ex, "ip", "link", "set", dev, "up")
+            _run(*ex, "ip", "link", "set", "lo", "up")
+            for j in self.hosts:
+                if j != i:
+                    mac = f"00:00:00:00:00:{j:02x}"
+                    _run(*ex, "ip", "neigh", "add", f"10.0.0.{j}", "lladdr", mac, "dev", dev)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for i in self.hosts:
+            subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+
+    def run(self, i: int, argv: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(i), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )

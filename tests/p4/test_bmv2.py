@@ -1,0 +1,205 @@
+"""Packet tests of the committed pipeline (p4/build/innet_agg.json) on bmv2 simple_switch.
+
+One switch, host-side veths: ports 1-3 workers 10.0.0.1-3, port 4 the parameter server
+10.0.0.4, port 5 the INT collector, port 255 the CPU port (ONOS's packet I/O).
+Skipped where bmv2 is not installed (CI machines), with the reason.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from agg_agent import p4names as n
+from agg_agent.protocol import FLAG_AGGREGATED, FLAG_RETRANSMIT, LANES, UDP_PORT, AggPacket
+from int_collector.wire import Decoder
+
+from . import bmv2
+from .frames import mac, udp_frame, udp_payload
+
+REASON = bmv2.skip_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+
+PS, COLLECTOR = 4, 5
+ANY = "0&&&0"
+
+
+def fwd_to(ip_last: int, port: int) -> str:
+    key = [ANY] * 5 + [f"0x0a0000{ip_last:02x}&&&0xffffffff"] + [ANY] * 3
+    return f"table_add {n.FWD_TABLE} {n.FWD_SET_EGRESS_PORT} {' '.join(key)} => {port} 10"
+
+
+@pytest.fixture(scope="module")
+def switch() -> Iterator[bmv2.Bmv2]:
+    with bmv2.Bmv2([1, 2, 3, 4, 5, n.CPU_PORT]) as sw:
+        sw.cli(
+            *(fwd_to(i, i) for i in range(1, 5)),
+            # ARP to the controller, as ONOS's host discovery installs it.
+            f"table_add {n.FWD_TABLE} {n.FWD_SEND_TO_CPU} {ANY} {ANY} {ANY} "
+            f"0x0806&&&0xffff {ANY} {ANY} {ANY} {ANY} {ANY} => 20",
+            f"table_add {n.AGG_JOB_TABLE} {n.AGG_SET_JOB} 7 => 100 8 3 {PS}",
+            f"table_set_default {n.INT_SWITCH_TABLE} {n.INT_SET_SWITCH} 1",
+            f"table_set_default {n.REPORT_TABLE} {n.REPORT_SET_COLLECTOR} "
+            f"00:00:00:00:00:fe 00:00:00:00:00:05 10.0.9.254 10.0.9.1 32766",
+            f"mirroring_add {n.REPORT_CLONE_SESSION} {COLLECTOR}",
+        )
+        yield sw
+
+
+@pytest.fixture(scope="module")
+def ports(switch: bmv2.Bmv2) -> Iterator[dict[int, bmv2.RawPort]]:
+    p = {i: bmv2.RawPort(switch.host_if(i)) for i in switch.ports}
+    yield p
+    for r in p.values():
+        r.close()
+
+
+def contribution(worker: int, job: int, seq: int, flags: int = 0) -> bytes:
+    values = tuple((worker + 1) * (lane + 1) * (-1) ** lane for lane in range(LANES))
+    pkt = AggPacket(job, seq % 8, worker, 3, seq, 1 << worker, flags, values)
+    return udp_frame(worker + 1, PS, 40000 + worker, UDP_PORT, pkt.encode())
+
+
+def at_ps(ports: dict[int, bmv2.RawPort], timeout: float = 0.5) -> list[AggPacket]:
+    out = []
+    for f in ports[PS].frames(timeout):
+        payload = udp_payload(f, UDP_PORT)
+        if payload is not None:
+            out.append(AggPacket.decode(payload))
+    return out
+
+
+def test_forwarding_table_outputs_and_drops(ports: dict[int, bmv2.RawPort]) -> None:
+    frame = udp_frame(1, 3, 1234, 5678, b"hello")
+    ports[1].send(frame)
+    assert ports[3].frames(0.5, want=1) == [frame]
+    ports[1].send(udp_frame(1, 99, 1234, 5678, b"no route"))
+    assert ports[PS].frames(0.3) == [] and ports[2].frames(0.05) == []
+
+
+def test_packet_in_and_packet_out_through_the_cpu_port(ports: dict[int, bmv2.RawPort]) -> None:
+    arp = b"\xff" * 6 + mac(2) + b"\x08\x06" + bytes(28)
+    ports[2].send(arp)
+    got = ports[n.CPU_PORT].frames(0.5, want=1)
+    # packet_in: 9-bit ingress port + 7 bits of padding, then the frame as received.
+    assert got and struct.unpack("!H", got[0][:2])[0] >> 7 == 2 and got[0][2:] == arp
+    lldp = b"\x01\x80\xc2\x00\x00\x0e" + mac(0xFE) + b"\x88\xcc" + bytes(30)
+    ports[n.CPU_PORT].send(struct.pack("!H", 3 << 7) + lldp)
+    assert ports[3].frames(0.5, want=1) == [lldp]
+
+
+def test_configured_job_one_aggregate_with_the_sum(ports: dict[int, bmv2.RawPort]) -> None:
+    seq = 0
+    ports[1].send(contribution(0, 7, seq))
+    ports[2].send(contribution(1, 7, seq))
+    ports[1].send(contribution(0, 7, seq, FLAG_RETRANSMIT))  # must not count twice
+    assert at_ps(ports, 0.3) == []  # partial sums stay in the switch
+    ports[3].send(contribution(2, 7, seq))
+    got = at_ps(ports)
+    assert len(got) == 1
+    agg = got[0]
+    assert agg.flags & FLAG_AGGREGATED and agg.contributors == 0b111
+    assert agg.values == tuple(6 * (lane + 1) * (-1) ** lane for lane in range(LANES))
+
+
+def test_slot_is_freed_and_reused_by_the_next_chunk(ports: dict[int, bmv2.RawPort]) -> None:
+    for seq in (1, 9):  # both map to slot 1 of the pool
+        for w in range(3):
+            ports[w + 1].send(contribution(w, 7, seq))
+        got = at_ps(ports)
+        assert [(p.seq, p.contributors) for p in got] == [(seq, 0b111)]
+        assert got[0].values[0] == 6
+
+
+def test_late_retransmission_after_completion_passes_through(
+    ports: dict[int, bmv2.RawPort],
+) -> None:
+    for w in range(3):
+        ports[w + 1].send(contribution(w, 7, 2))
+    assert len(at_ps(ports)) == 1
+    ports[2].send(contribution(1, 7, 2, FLAG_RETRANSMIT))
+    got = at_ps(ports)
+    assert [(p.contributors, p.flags) for p in got] == [(0b10, FLAG_RETRANSMIT)]
+
+
+def test_unconfigured_job_passes_through_unchanged(ports: dict[int, bmv2.RawPort]) -> None:
+    sent = [contribution(w, 9, 0) for w in range(3)]
+    for w, f in enumerate(sent):
+        ports[w + 1].send(f)
+    got = ports[PS].frames(0.5, want=3)
+    assert sorted(got) == sorted(sent)
+
+
+def test_int_source_and_sink_report_decodes_and_packet_is_restored(
+    switch: bmv2.Bmv2, ports: dict[int, bmv2.RawPort]
+) -> None:
+    switch.cli(
+        f"table_add {n.INT_WATCHLIST_TABLE} {n.INT_SOURCE} {ANY} 0x0a000004&&&0xffffffff "
+        f"17&&&0xff {ANY} 5000&&&0xffff => 8 0xfd00 10",
+        f"table_add {n.INT_SINK_TABLE} {n.INT_SET_SINK} {PS} =>",
+    )
+    frame = udp_frame(1, PS, 1234, 5000, b"monitored", dscp=10)
+    ports[1].send(frame)
+    # This switch is source and sink: the host gets the packet exactly as sent.
+    assert ports[PS].frames(0.5, want=1) == [frame]
+    reports = [udp_payload(f, 32766) for f in ports[COLLECTOR].frames(0.5, want=1)]
+    assert len(reports) == 1 and reports[0] is not None
+    (r,) = Decoder().decode(reports[0])
+    assert (r.node_id, r.flow.dport, r.instruction_bitmap, r.hop_count) == (1, 5000, 0xFD00, 1)
+    (hop,) = r.hops()
+    assert (hop.node_id, hop.ingress_port, hop.egress_port) == (1, 1, PS)
+    assert hop.egress_ts >= hop.ingress_ts > 0
+    assert hop.hop_latency is not None and hop.hop_latency < 10**9  # ns, from one switch
+    assert hop.tx_utilization is not None
+
+
+def test_int_across_two_switches_source_transit_sink() -> None:
+    """Switch A (node 10) is source, switch B (node 20) transit and sink: B's report holds
+    both hops, newest first; the host behind B gets the packet as A's host sent it."""
+    pre = f"ic{bmv2.os.getpid() % 10000}"
+    bmv2.veth_link(f"{pre}xa", f"{pre}xb")
+    try:
+        with (
+            bmv2.Bmv2([1, 2], prefix=f"{pre}a", links={2: f"{pre}xa"}) as a,
+            bmv2.Bmv2([1, 2, 3], prefix=f"{pre}b", links={1: f"{pre}xb"}) as b,
+        ):
+            to_port2 = fwd_to(2, 2)
+            a.cli(
+                to_port2,
+                f"table_set_default {n.INT_SWITCH_TABLE} {n.INT_SET_SWITCH} 10",
+                f"table_add {n.INT_WATCHLIST_TABLE} {n.INT_SOURCE} {ANY} {ANY} 17&&&0xff "
+                f"{ANY} 5000&&&0xffff => 8 0xf000 10",
+            )
+            b.cli(
+                to_port2,
+                f"table_set_default {n.INT_SWITCH_TABLE} {n.INT_SET_SWITCH} 20",
+                f"table_add {n.INT_SINK_TABLE} {n.INT_SET_SINK} 2 =>",
+                f"table_set_default {n.REPORT_TABLE} {n.REPORT_SET_COLLECTOR} "
+                f"00:00:00:00:00:fe 00:00:00:00:00:05 10.0.9.254 10.0.9.1 32766",
+                f"mirroring_add {n.REPORT_CLONE_SESSION} 3",
+            )
+            sender, host, collector = (
+                bmv2.RawPort(a.host_if(1)),
+                bmv2.RawPort(b.host_if(2)),
+                bmv2.RawPort(b.host_if(3)),
+            )
+            try:
+                frame = udp_frame(1, 2, 1234, 5000, b"two hops", dscp=3)
+                sender.send(frame)
+                assert host.frames(1.0, want=1) == [frame]
+                got = collector.frames(1.0, want=1)
+            finally:
+                for r in (sender, host, collector):
+                    r.close()
+    finally:
+        bmv2.subprocess.run(["ip", "link", "del", f"{pre}xa"], capture_output=True)
+    payload = udp_payload(got[0], 32766) if got else None
+    assert payload is not None, "no report from the sink"
+    (r,) = Decoder().decode(payload)
+    assert (r.node_id, r.hop_count, r.remaining_hop_count) == (20, 2, 6)
+    assert [(h.node_id, h.ingress_port, h.egress_port) for h in r.hops()] == [
+        (20, 1, 2),
+        (10, 1, 2),
+    ]

@@ -1,0 +1,96 @@
+"""The host agent's CLI through bmv2: three workers and a PS in network namespaces.
+
+A configured job arrives at the PS as aggregates only; an unconfigured one as raw
+packets (the fallback); both sums are exact within the fixed-point bound.
+Skipped where bmv2 is not installed (CI machines), with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from agg_agent import p4names as n
+from agg_agent.fixedpoint import FixedPoint
+from agg_agent.protocol import LANES, UDP_PORT
+
+from . import bmv2
+
+REASON = bmv2.skip_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+
+WORKERS, PS, SIZE, ITERATIONS, SEED = 3, 4, 200, 2, 11
+AGENT = [sys.executable, "-c", "from agg_agent.cli import main; main()"]
+ANY = "0&&&0"
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[bmv2.Hosts]:
+    with bmv2.Bmv2([1, 2, 3, 4], prefix=f"ib{bmv2.os.getpid() % 10000}") as sw:
+        for i in range(1, 5):
+            key = [ANY] * 5 + [f"0x0a0000{i:02x}&&&0xffffffff"] + [ANY] * 3
+            sw.cli(f"table_add {n.FWD_TABLE} {n.FWD_SET_EGRESS_PORT} {' '.join(key)} => {i} 10")
+        sw.cli(f"table_add {n.AGG_JOB_TABLE} {n.AGG_SET_JOB} 7 => 0 8 {WORKERS} {PS}")
+        with bmv2.Hosts(sw, [1, 2, 3, 4]) as h:
+            yield h
+
+
+def run_job(hosts: bmv2.Hosts, job: int) -> list[dict[str, object]]:
+    common = ["--job", str(job), "--size", str(SIZE), "--iterations", str(ITERATIONS)]
+    ps = hosts.run(
+        PS,
+        [*AGENT, "ps", *common, "--bind", f"10.0.0.{PS}:{UDP_PORT}"]
+        + [a for w in range(WORKERS) for a in ("--worker-addr", f"10.0.0.{w + 1}:{UDP_PORT}")],
+    )
+    workers = [
+        hosts.run(
+            w + 1,
+            [
+                *AGENT,
+                "worker",
+                *common,
+                *("--workers", str(WORKERS), "--worker-id", str(w), "--window", "8"),
+                *("--ps", f"10.0.0.{PS}:{UDP_PORT}", "--bind", f"10.0.0.{w + 1}:{UDP_PORT}"),
+                *("--seed", str(SEED), "--timeout-ms", "200"),
+            ],
+        )
+        for w in range(WORKERS)
+    ]
+    try:
+        for p in workers:
+            _, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+        out, err = ps.communicate(timeout=60)
+        assert ps.returncode == 0, err
+    finally:
+        for p in (*workers, ps):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def expected_heads() -> list[np.ndarray]:
+    # The worker CLI's tensors: uniform in [-bound, bound] from default_rng(seed + worker_id).
+    rngs = [np.random.default_rng(SEED + w) for w in range(WORKERS)]
+    return [sum(r.uniform(-1.0, 1.0, SIZE) for r in rngs)[:4] for _ in range(ITERATIONS)]
+
+
+@pytest.mark.parametrize(("job", "aggregated"), [(7, True), (9, False)])
+def test_iterations_complete_with_the_exact_sum(
+    hosts: bmv2.Hosts, job: int, aggregated: bool
+) -> None:
+    results = run_job(hosts, job)
+    chunks = -(-SIZE // LANES)
+    bound = FixedPoint.for_bound(1.0, WORKERS).error_bound
+    assert [r["iteration"] for r in results] == list(range(ITERATIONS))
+    for r, head in zip(results, expected_heads(), strict=True):
+        assert np.max(np.abs(np.array(r["sum_head"]) - head)) <= bound
+        if aggregated:  # one packet per chunk from the switch (retransmissions aside)
+            assert r["aggregated_packets"] == chunks and r["raw_packets"] == 0
+        else:
+            assert r["aggregated_packets"] == 0 and r["raw_packets"] == WORKERS * chunks
