@@ -263,6 +263,27 @@ def plot(results_by_scenario: dict[str, list[RunResult]], out: Path) -> list[Pat
     return files
 
 
+def overview(summaries: list[Summary]) -> str:
+    """One row per scenario: AGG against PS-only, the baselines' average and the best."""
+    lines = [
+        "| scenario | seeds | AGG mean CCT (s) | best baseline (mean s) | vs PS-only "
+        "| vs baselines' average | vs best baseline |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for sm in summaries:
+        agg = next((r for r in sm.strategies if r.strategy == OURS), None)
+        if agg is None or sm.vs_average is None or sm.vs_best is None:
+            continue
+        best = next(r for r in sm.strategies if r.strategy == sm.best_baseline)
+        ps = sm.vs_ps.fmt(100, "%") if sm.vs_ps else "n/a"
+        lines.append(
+            f"| {sm.scenario} | {sm.seeds} | {agg.mean.mean:.3g} | {best.strategy} "
+            f"({best.mean.mean:.3g}) | {ps} | {sm.vs_average.fmt(100, '%')} "
+            f"| {sm.vs_best.fmt(100, '%')} |"
+        )
+    return "\n".join(lines)
+
+
 def write_results(
     out: Path, scenarios: dict[str, Scenario], results: dict[str, list[RunResult]]
 ) -> tuple[str, list[Path]]:
@@ -270,8 +291,10 @@ def write_results(
     out.mkdir(parents=True, exist_ok=True)
     md = []
     doc = {}
+    summaries = []
     for name, res in results.items():
         summ = summarise(name, res)
+        summaries.append(summ)
         md.append(markdown(summ, scenarios[name]))
         doc[name] = {
             "scenario": scenarios[name].model_dump(),
@@ -283,6 +306,8 @@ def write_results(
             ],
         }
     (out / "results.json").write_text(json.dumps(doc, indent=1))
+    if len(summaries) > 1:
+        md.insert(0, "### All scenarios\n\n" + overview(summaries) + "\n")
     text = "\n".join(md)
     (out / "summary.md").write_text(text + "\n")
     return text, plot(results, out)
