@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate Java constants for every P4 name the app uses, from the committed P4Info.
 
-    gen_p4_constants.py P4INFO DEFINES_P4 OUT_DIR
+    gen_p4_constants.py P4INFO DEFINES_P4 OUT_DIR [ONOS_P4INFO]
 
 Writes OUT_DIR/org/innetagg/onos/pipeconf/P4InfoConstants.java (Maven runs this in
 generate-sources; the output lives in target/ and is never committed). Names follow
@@ -9,6 +9,11 @@ fabric-tna's generated constants: the P4 name upper-cased with `.` -> `_`. Packe
 metadata are prefixed by their controller header (PACKET_IN_INGRESS_PORT), so they cannot
 clash with match fields. Sizes and bit widths come along (`*_SIZE`, `*_BITWIDTH`); the
 few `const` values of defines.p4 the app needs (CPU_PORT) are taken from the P4 source.
+
+With ONOS_P4INFO, also writes the P4Info without the fields ONOS 2.7's P4Runtime protos
+predate (ONOS_UNKNOWN_FIELDS): p4c writes `initial_default_action` (P4Runtime 1.4), which
+ONOS 2.7's P4InfoParser rejects as an unknown field. The field is informational (the
+device knows its default actions), so the pipeconf bundles this copy.
 
 Standard library only: the P4Info text format is parsed with a small tokenizer, enough
 for what p4c writes (nested messages, scalars, quoted strings).
@@ -22,7 +27,10 @@ from pathlib import Path
 
 PACKAGE = "org.innetagg.onos.pipeconf"
 CLASS = "P4InfoConstants"
-DEFINES = ("CPU_PORT",)  # `const` values of defines.p4 that P4Info does not carry
+DEFINES = ("CPU_PORT",)
+ONOS_UNKNOWN_FIELDS = (
+    "initial_default_action",
+)  # `const` values of defines.p4 that P4Info does not carry
 
 _TOKEN = re.compile(r'\s*(?:(#[^\n]*)|([{}:])|("(?:\\.|[^"\\])*")|([^\s{}:"]+))')
 
@@ -156,8 +164,22 @@ def generate(p4info: dict, consts: dict[str, int], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def strip_fields(text: str, fields: tuple[str, ...]) -> str:
+    """Drops `field { ... }` blocks (p4c writes one per line, braces balanced per line)."""
+    out, depth = [], 0
+    for line in text.splitlines(keepends=True):
+        if depth == 0 and line.strip().split(" ")[0] in fields and line.rstrip().endswith("{"):
+            depth = 1
+            continue
+        if depth:
+            depth += line.count("{") - line.count("}")
+            continue
+        out.append(line)
+    return "".join(out)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 4:
+    if len(argv) not in (4, 5):
         print(__doc__, file=sys.stderr)
         return 2
     p4info_path, defines_path, out_dir = Path(argv[1]), Path(argv[2]), Path(argv[3])
@@ -168,6 +190,10 @@ def main(argv: list[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.exists() or out.read_text() != java:
         out.write_text(java)
+    if len(argv) == 5:
+        onos = Path(argv[4])
+        onos.parent.mkdir(parents=True, exist_ok=True)
+        onos.write_text(strip_fields(p4info_path.read_text(), ONOS_UNKNOWN_FIELDS))
     return 0
 
 

@@ -90,8 +90,8 @@ public class InterpreterImpl extends AbstractHandlerBehaviour implements PiPipel
             throw new PiInterpreterException("treatments map only onto " + INGRESS_PIPE_FORWARDING_TABLE0
                     + ", not " + tableId);
         }
-        // ONOS's drop is an empty treatment (or one that only clears deferred instructions).
-        if (treatment.allInstructions().isEmpty()) {
+        // ONOS's drop (builder().drop(), emptyTreatment()) is a lone NOACTION instruction.
+        if (treatment.allInstructions().stream().allMatch(i -> i.type() == Instruction.Type.NOACTION)) {
             return PiAction.builder().withId(INGRESS_PIPE_FORWARDING_DROP).build();
         }
         if (treatment.allInstructions().size() > 1) {
