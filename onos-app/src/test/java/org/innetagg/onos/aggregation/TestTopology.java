@@ -37,6 +37,11 @@ import java.util.stream.Collectors;
  * and host ids of src/test/resources/placements/*.json); leaf3 exists but is down.
  */
 public final class TestTopology {
+    /** A manager on this topology whose flow rules go nowhere (for the REST tests). */
+    public static AggregationService newManager() {
+        return manager(new RecordingFlowRules());
+    }
+
     static final ProviderId PID = new ProviderId("test", "innet-agg");
     static final ApplicationId APP = new DefaultApplicationId(7, AggregationManager.APP_NAME);
     static final DeviceId LEAF1 = DeviceId.deviceId("device:leaf1");
