@@ -2,7 +2,7 @@
 UV ?= uv
 RUN := $(UV) run --frozen
 
-.PHONY: all sync lint test demo bench-solve clean influxdb bench-collector onos p4
+.PHONY: all sync lint test demo bench-solve clean influxdb bench-collector onos p4 onos-app onos-app-test
 
 all: test
 
@@ -13,7 +13,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 
-test: lint influxdb onos
+test: lint influxdb onos onos-app-test
 	$(RUN) pytest
 
 demo: sync
@@ -68,3 +68,16 @@ p4/build/innet_agg.json: $(P4_SRC)
 	  --p4runtime-files build/innet_agg.p4info.txt -o build/innet_agg.json innet_agg.p4
 	cd p4 && cat innet_agg.p4 $$(ls include/*.p4 | LC_ALL=C sort) | sha256sum | cut -d' ' -f1 \
 	  > build/innet_agg.sources.sha256
+
+# The ONOS 2.7 application (onos-app/README.md): Maven bundles the committed p4/build outputs
+# and generates the Java P4 constants from the P4Info (onos-app/gen_p4_constants.py), then
+# builds onos-app/target/innet-agg-onos-*.oar. Maven's cache is ~/.m2, outside the repository;
+# MVN_FLAGS=-o works once it is warm.
+MVN ?= mvn
+MVN_FLAGS ?=
+onos-app:
+	cd onos-app && $(MVN) -B -q $(MVN_FLAGS) package
+	@ls onos-app/target/*.oar
+
+onos-app-test:
+	cd onos-app && $(MVN) -B -q $(MVN_FLAGS) test

@@ -1,0 +1,15 @@
+package org.innetagg.onos.aggregation;
+
+import java.util.Optional;
+
+/** Applies aggregation placements as agg_job table entries (docs/onos-aggregation-api.md). */
+public interface AggregationService {
+
+    /** Writes the job's entries, replacing its previous ones; idempotent. */
+    AppliedPlacement apply(JobPlacement placement) throws InvalidPlacementException;
+
+    Optional<AppliedPlacement> get(String jobId);
+
+    /** Deletes the job's entries and frees its number; false when there was no such job. */
+    boolean remove(String jobId);
+}
