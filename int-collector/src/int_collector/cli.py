@@ -52,7 +52,7 @@ def serve(
         overrides["listen_host"], overrides["listen_port"] = _host_port(listen, "--listen")
     settings = load_settings(config, **overrides)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    from .service import serve as run
+    from .supervisor import serve as run
 
     raise typer.Exit(run(settings))
 

@@ -148,8 +148,11 @@ def flow_text(flow: Flow) -> str:
 class Fabric:
     """All derived state of one receiving process."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, worker: int = 0, workers: int = 1) -> None:
         self.s = settings
+        # Point times of worker k are k modulo `workers`: two receiving processes writing the
+        # same link series never write the same timestamp (which would overwrite a point).
+        self._stamp_rem, self._stamp_mod = worker, workers
         self.alpha = settings.ewma_alpha
         self.links: dict[tuple[int, int, int | None], LinkState] = {}
         self.flows: OrderedDict[Flow, FlowState] = OrderedDict()
@@ -328,6 +331,8 @@ class Fabric:
     def _stamp(self, t: int) -> int:
         # Unique, increasing timestamps: two points of a series never overwrite each other.
         t = max(t, self._last_time_ns + 1)
+        if self._stamp_mod > 1:
+            t += (self._stamp_rem - t) % self._stamp_mod
         self._last_time_ns = t
         return t
 
