@@ -76,8 +76,7 @@ class Collector:
         self.received_bytes += len(data)
         try:
             reports = self.decoder.decode(data)
-            for r in reports:
-                self.fabric.observe(r, now_ns)
+            self.fabric.observe_datagram(reports, now_ns)
             self.decoded += len(reports)
         except DecodeError as e:
             self.dropped[e.reason] = self.dropped.get(e.reason, 0) + 1
