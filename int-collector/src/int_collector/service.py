@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import select
 import socket
 import threading
@@ -166,6 +167,7 @@ class Collector:
             "receiving": time.monotonic() - self.heartbeat < 2.0,
             "influxdb_up": w.healthy,
             "influxdb_error": w.last_error,
+            "pid": os.getpid(),
         }
 
     def health(self) -> tuple[int, dict[str, Any]]:
@@ -237,7 +239,9 @@ def health_of(snaps: list[dict[str, Any] | None], buffer_limit: int) -> tuple[in
         "links": sum(s["gauges"]["links"] for s in live),
         "flows": sum(s["gauges"]["flows"] for s in live),
         "workers": [
-            {"worker": i, "alive": s is not None, "receiving": bool(s and s["receiving"]),
+            {"worker": i, "alive": s is not None, "pid": s and s["pid"],
+             "receiving": bool(s and s["receiving"]),
+             "datagrams": s["counters"]["datagrams_received"] if s else None,
              "influxdb": "ok" if s and s["influxdb_up"] else (s or {}).get("influxdb_error", "")}
             for i, s in enumerate(snaps)
         ],
