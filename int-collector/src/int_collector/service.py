@@ -268,7 +268,9 @@ class _Metrics(PromCollector):
             dropped.add_metric([reason], n)
         yield dropped
         lost = CounterMetricFamily(
-            p + "reports_lost", "Reports missing by sequence number, per switch", labels=["switch"]
+            p + "reports_lost",
+            "Report datagrams missing by sequence number, per switch",
+            labels=["switch"],
         )
         for node, n in sorted(a["lost"].items(), key=lambda kv: int(kv[0])):
             lost.add_metric([node], n)
