@@ -17,6 +17,7 @@ in % of one core over the sending window plus the drain. Prints Markdown tables.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -197,6 +198,7 @@ def main() -> None:
         "| kernel drops (datagrams) | collector CPU | generator CPU |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+    splits: list[str] = []
     try:
         for workers in args.workers:
             for k in args.per_datagram:
@@ -211,11 +213,17 @@ def main() -> None:
                             f"| {100 * r['gen_cpu']:.0f}% |",
                             flush=True,
                         )
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{svc.http}/healthz", timeout=5
+                    ) as resp:
+                        split = [w["datagrams"] for w in json.load(resp)["workers"]]
+                    splits.append(f"workers={workers}, {k}/datagram: {split}")
                 finally:
                     svc.stop()
     finally:
         if server is not None:
             server.stop(remove=True)
+    print("\nDatagrams per worker over all rows of a configuration: " + "; ".join(splits))
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
 
 
