@@ -129,3 +129,14 @@ def test_cli_generate_batches_reports_from_two_processes() -> None:
     bad = run_cli("generate", "--format", "v1", "--per-datagram", "4")
     assert bad.returncode == 2 and "--per-datagram" in bad.stderr and "Traceback" not in bad.stderr
     assert "--processes: 1-64" in run_cli("generate", "--processes", "0").stderr
+
+
+def test_cli_serve_cannot_bind_is_one_line() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))  # held without SO_REUSEPORT: nobody else may join
+        port = s.getsockname()[1]
+        p = run_cli("serve", "--listen", f"127.0.0.1:{port}", env={"INT_COLLECTOR_WORKERS": "2"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip() == (
+        f"int-collector: error: listen: cannot bind udp 127.0.0.1:{port} (Address already in use)"
+    )

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .settings import SettingsError, load_settings
+from .settings import SettingsError, StartError, load_settings
 from .wire import DecodeError, Decoder, IntMarking
 
 app = typer.Typer(
@@ -149,7 +149,7 @@ def decode(
 def main() -> None:
     try:
         app()
-    except (UserError, SettingsError, ValueError) as e:
+    except (UserError, SettingsError, StartError, ValueError) as e:
         print(f"int-collector: error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:

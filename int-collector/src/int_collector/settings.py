@@ -19,6 +19,10 @@ class SettingsError(Exception):
     """A setting is missing or invalid; the message names it."""
 
 
+class StartError(Exception):
+    """The service cannot start (an address cannot be bound, a worker fails); one line."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="INT_COLLECTOR_", extra="forbid")
 

@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .service import Collector, aggregate, health_of, start_http
-from .settings import Settings
+from .settings import Settings, StartError
 
 log = logging.getLogger("int_collector")
 
@@ -50,7 +50,13 @@ def _worker_main(
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     parent = os.getppid()
-    c = Collector(settings, reuse_port=True, worker=index, workers=workers)
+    try:
+        c = Collector(settings, reuse_port=True, worker=index, workers=workers)
+    except OSError as e:
+        conn.send(
+            {"error": f"udp {settings.listen_host}:{settings.listen_port}: {e.strerror or e}"}
+        )
+        raise SystemExit(2) from None
     signal.signal(signal.SIGTERM, lambda _s, _f: c.stop())
     lock = threading.Lock()
 
@@ -106,23 +112,28 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.failed = ""
-        self.port = settings.listen_port
-        self._placeholder: socket.socket | None = None
-        if self.port == 0:
-            # Port 0: choose one now and hold it (in the SO_REUSEPORT group) until the
-            # workers have bound it too.
-            ph = socket.socket(
-                socket.AF_INET6 if ":" in settings.listen_host else socket.AF_INET,
-                socket.SOCK_DGRAM,
-            )
-            ph.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            ph.bind((settings.listen_host, 0))
-            self.port = ph.getsockname()[1]
-            self._placeholder = ph
-            self.worker_settings = self.worker_settings.model_copy(
-                update={"listen_port": self.port}
-            )
-        self.http = start_http(settings, self.metrics, self.health)
+        # Bind the port here first (in the SO_REUSEPORT group the workers join): a bad
+        # address or a port held by another program fails now, with one clear line; port 0
+        # gets its number. Held until every worker has bound it too.
+        ph = socket.socket(
+            socket.AF_INET6 if ":" in settings.listen_host else socket.AF_INET, socket.SOCK_DGRAM
+        )
+        ph.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            ph.bind((settings.listen_host, settings.listen_port))
+        except OSError as e:
+            ph.close()
+            where = f"{settings.listen_host}:{settings.listen_port}"
+            raise StartError(f"listen: cannot bind udp {where} ({e.strerror or e})") from None
+        self.port = ph.getsockname()[1]
+        self._placeholder: socket.socket | None = ph
+        self.worker_settings = self.worker_settings.model_copy(update={"listen_port": self.port})
+        try:
+            self.http = start_http(settings, self.metrics, self.health)
+        except OSError as e:
+            ph.close()
+            where = f"{settings.http_host}:{settings.http_port}"
+            raise StartError(f"http: cannot bind tcp {where} ({e.strerror or e})") from None
         self.http_port = self.http.server_address[1]
 
     # Totals -----------------------------------------------------------------------------
@@ -180,6 +191,9 @@ class Supervisor:
         if "ready" in msg:
             w.ready = True
             return
+        if "error" in msg:
+            self.failed = f"worker {w.index}: {msg['error']}"
+            return
         with self._lock:
             w.snap = msg
 
@@ -191,8 +205,10 @@ class Supervisor:
         while not all(w.ready for w in self.workers):
             for w in self.workers:
                 if not w.ready and w.proc is not None and not w.proc.is_alive():
+                    self._pump(0)
                     raise RuntimeError(
-                        f"worker {w.index} exited with status {w.proc.exitcode} while starting"
+                        self.failed
+                        or f"worker {w.index} exited with status {w.proc.exitcode} while starting"
                     )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers not ready within {timeout_s:.0f} s")
@@ -284,7 +300,7 @@ class Supervisor:
 
 def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT; flush every worker; return an exit status."""
-    sup = Supervisor(settings)
+    sup = Supervisor(settings)  # StartError: the CLI prints it as one line
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping the workers (each flushes)", signum)
@@ -295,10 +311,9 @@ def serve(settings: Settings) -> int:
     try:
         sup.start()
     except RuntimeError as e:
-        log.error("%s", e)
         sup.stop()
         sup._shutdown()
-        return 1
+        raise StartError(str(e)) from None
     log.info(
         "listening on udp %s:%d with %d worker(s), http %s:%d, writing to %s bucket %s",
         settings.listen_host, sup.port, sup.n, settings.http_host, sup.http_port,
