@@ -149,3 +149,17 @@ def test_too_many_restarts_stop_the_service(serves: list[Serve]) -> None:
     os.kill(svc.health()[1]["workers"][0]["pid"], signal.SIGKILL)
     assert svc.proc.wait(30) == 1
     assert "more than 0 restarts" in (svc.proc.stderr.read() if svc.proc.stderr else "")
+
+
+def test_a_hung_worker_makes_health_degraded(serves: list[Serve]) -> None:
+    svc = Serve(1, None)
+    serves.append(svc)
+    wait_for(lambda: svc.health()[1]["receiving"], 20, "receiving")
+    pid = svc.health()[1]["workers"][0]["pid"]
+    os.kill(pid, signal.SIGSTOP)  # alive, but neither receiving nor reporting
+    try:
+        wait_for(lambda: svc.health()[0] == 503, 10, "degraded")
+        assert svc.health()[1]["workers"][0]["receiving"] is False
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: svc.health()[1]["receiving"], 10, "receiving again")

@@ -145,10 +145,15 @@ class Supervisor:
             return aggregate(live, retired)
 
     def health(self) -> tuple[int, dict[str, Any]]:
+        now = time.monotonic()
         with self._lock:
             snaps = [
                 w.snap if w.proc is not None and w.proc.is_alive() else None for w in self.workers
             ]
+        # A worker whose snapshots stopped (hung) is not receiving, whatever it last said.
+        snaps = [
+            {**x, "receiving": False} if x and now - x["received_at"] > 2.0 else x for x in snaps
+        ]
         code, body = health_of(snaps, self.s.buffer_points)
         body["worker_restarts"] = self.restarts
         return code, body
@@ -194,6 +199,7 @@ class Supervisor:
         if "error" in msg:
             self.failed = f"worker {w.index}: {msg['error']}"
             return
+        msg["received_at"] = time.monotonic()
         with self._lock:
             w.snap = msg
 
