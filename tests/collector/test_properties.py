@@ -190,3 +190,30 @@ def test_mutated_valid_reports_never_escape() -> None:
             outcomes["error"] += 1
     # Both outcomes occur: the mutations reach past the first check.
     assert outcomes["ok"] > 1000 and outcomes["error"] > 1000
+
+
+def _outcome(dec: Decoder, data: bytes) -> object:
+    try:
+        return dec.decode(data)
+    except DecodeError as e:
+        return e.reason
+
+
+def test_fast_path_decodes_exactly_as_the_general_path() -> None:
+    """The one-read fast path for common v2 reports, on valid, batched and mutated input."""
+    rng = random.Random(7)
+    fab = SyntheticFabric(8, seed=3, family="v2")
+    singles = [fab.random_report()[1] for _ in range(50)]
+    batched = [singles[i][:8] + b"".join(d[8:] for d in singles[i : i + 5]) for i in range(40)]
+    fast, general = Decoder(), Decoder(fast=False)
+    fast_used = 0
+    for i in range(10_000):
+        data = bytearray(rng.choice(singles + batched))
+        if i % 2:
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        a, b = _outcome(fast, bytes(data)), _outcome(general, bytes(data))
+        assert a == b, data.hex()
+        fast_used += isinstance(a, list) and len(a) > 0
+    assert fast_used > 5000
+    assert fast.skipped == general.skipped

@@ -111,3 +111,32 @@ def test_cli_generate_sends_decodable_reports() -> None:
     assert len(reports) == 50 and all(r.hop_count in (1, 3) for r in reports)
     assert run_cli("generate", "--target", "nowhere").returncode == 2
     assert "--switches: need at least 2" in run_cli("generate", "--switches", "1").stderr
+
+
+def test_cli_generate_batches_reports_from_two_processes() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(10)
+        port = s.getsockname()[1]
+        p = run_cli("generate", "--target", f"127.0.0.1:{port}", "--rate", "4000", "--count",
+                    "64", "--switches", "8", "--per-datagram", "8", "--processes", "2")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        got = [s.recvfrom(65535) for _ in range(8)]
+    decoded = [Decoder().decode(d) for d, _addr in got]
+    assert [len(x) for x in decoded] == [8] * 8
+    assert all(len({r.node_id for r in x}) == 1 for x in decoded)  # one switch per datagram
+    assert len({addr for _d, addr in got}) > 1  # each switch from its own source port
+    bad = run_cli("generate", "--format", "v1", "--per-datagram", "4")
+    assert bad.returncode == 2 and "--per-datagram" in bad.stderr and "Traceback" not in bad.stderr
+    assert "--processes: 1-64" in run_cli("generate", "--processes", "0").stderr
+
+
+def test_cli_serve_cannot_bind_is_one_line() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))  # held without SO_REUSEPORT: nobody else may join
+        port = s.getsockname()[1]
+        p = run_cli("serve", "--listen", f"127.0.0.1:{port}", env={"INT_COLLECTOR_WORKERS": "2"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip() == (
+        f"int-collector: error: listen: cannot bind udp 127.0.0.1:{port} (Address already in use)"
+    )

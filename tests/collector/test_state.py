@@ -118,3 +118,16 @@ def test_fabric_counts_loss_per_switch() -> None:
         f.observe(report(3, s, [hop(3, 1, 10, 0)]), 1)
     f.observe(report(4, 0, [hop(4, 1, 10, 0)]), 1)
     assert f.seq[(3, 0)].lost == 2 and f.seq[(4, 0)].lost == 0 and f.lost_total == 2
+
+
+def test_reports_sharing_a_datagram_count_its_sequence_number_once() -> None:
+    f = fabric()
+    dec = Decoder()
+    for seq in [0, 1, 3]:  # datagram 2 lost
+        singles = [report_v2(5, seq, udp_int_packet(FLOW, int_md_v2(0xF000, [hop(5, p, 10, 0)])))
+                   for p in range(4)]  # fmt: skip
+        datagram = singles[0][:8] + b"".join(d[8:] for d in singles)
+        f.observe_datagram(dec.decode(datagram), 1)
+    tr = f.seq[(5, 0)]
+    assert (tr.received, tr.lost, tr.repeated) == (3, 1, 0)
+    assert all(f.links[(5, p, 0)].samples == 3 for p in range(4))

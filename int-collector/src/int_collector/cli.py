@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .settings import SettingsError, load_settings
+from .settings import SettingsError, StartError, load_settings
 from .wire import DecodeError, Decoder, IntMarking
 
 app = typer.Typer(
@@ -52,7 +52,7 @@ def serve(
         overrides["listen_host"], overrides["listen_port"] = _host_port(listen, "--listen")
     settings = load_settings(config, **overrides)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    from .service import serve as run
+    from .supervisor import serve as run
 
     raise typer.Exit(run(settings))
 
@@ -66,6 +66,12 @@ def generate(
     count: Annotated[int | None, typer.Option(help="stop after this many reports")] = None,
     seed: int = 0,
     format: Annotated[str, typer.Option(help="v2 (Telemetry Report 2.0) or v1 (ONOS)")] = "v2",
+    per_datagram: Annotated[
+        int, typer.Option(help="individual reports per datagram (v2 only; 1-64)")
+    ] = 1,
+    processes: Annotated[
+        int, typer.Option(help="sender processes, each sending for its share of the switches")
+    ] = 1,
 ) -> None:
     """Emit valid reports from a changing synthetic fabric."""
     from .generator import generate as run
@@ -76,8 +82,17 @@ def generate(
         raise UserError(f"--switches: need at least 2, got {switches}")
     if format not in ("v1", "v2"):
         raise UserError(f"--format: 'v1' or 'v2', got {format!r}")
+    if not 1 <= per_datagram <= 64 or (format == "v1" and per_datagram != 1):
+        raise UserError(
+            f"--per-datagram: 1-64 for v2, 1 for v1 (one report per datagram), got {per_datagram}"
+        )
+    if not 1 <= processes <= 64:
+        raise UserError(f"--processes: 1-64, got {processes}")
     try:
-        sent = run(_host_port(target, "--target"), rate, switches, duration, count, seed, format)
+        sent = run(
+            _host_port(target, "--target"), rate, switches, duration, count, seed, format,
+            per_datagram=per_datagram, processes=processes,
+        )  # fmt: skip
     except KeyboardInterrupt:
         return
     typer.echo(f"sent {sent} reports", err=True)
@@ -134,7 +149,7 @@ def decode(
 def main() -> None:
     try:
         app()
-    except (UserError, SettingsError, ValueError) as e:
+    except (UserError, SettingsError, StartError, ValueError) as e:
         print(f"int-collector: error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:

@@ -2,8 +2,8 @@
 
 Queues follow bounded random walks, so link state changes over time; hop latency follows
 the queue. Reports are built with the same encoder the tests use (`wire`). To reach high
-rates in Python, each refresh (every `epoch_s`) encodes a pool of reports from the current
-fabric state, and sending only patches each report's sequence number.
+rates in Python, each refresh (every `epoch_s`) encodes a ring of datagrams from the
+current fabric state, and sending only patches each datagram's sequence number.
 """
 
 from __future__ import annotations
@@ -109,6 +109,31 @@ class SyntheticFabric:
         return dst_leaf, data
 
 
+def _ring(
+    fabric: SyntheticFabric, pool: int, per_datagram: int, sinks: list[int]
+) -> list[tuple[int, bytearray]]:
+    """Datagrams of `per_datagram` individual reports, each from one of `sinks`."""
+    by_sink: dict[int, list[bytes]] = {s: [] for s in sinks}
+    want = max(pool, per_datagram * len(sinks))
+    guard = 0
+    while sum(map(len, by_sink.values())) < want and guard < 50 * want:
+        guard += 1
+        sink, data = fabric.random_report()
+        if sink in by_sink:
+            by_sink[sink].append(data)
+    out: list[tuple[int, bytearray]] = []
+    for sink, datas in by_sink.items():
+        if fabric.family == "v1" or per_datagram == 1:
+            out.extend((sink, bytearray(d)) for d in datas)
+            continue
+        # Telemetry Report v2.0: one group header, then several individual reports.
+        for k in range(0, len(datas) - per_datagram + 1, per_datagram):
+            chunk = datas[k : k + per_datagram]
+            out.append((sink, bytearray(chunk[0][:8] + b"".join(d[8:] for d in chunk))))
+    random.Random(len(out)).shuffle(out)
+    return out
+
+
 def generate(
     target: tuple[str, int],
     rate: float,
@@ -117,52 +142,110 @@ def generate(
     count: int | None = None,
     seed: int = 0,
     family: str = "v2",
-    epoch_s: float = 0.1,
-    pool: int = 256,
+    epoch_s: float = 0.5,
+    pool: int = 512,
+    per_datagram: int = 1,
+    processes: int = 1,
 ) -> int:
-    """Send reports at `rate` per second until `duration_s` or `count`; returns reports sent."""
+    """Send reports at `rate` per second until `duration_s` or `count`; returns reports sent.
+
+    Every reporting switch sends from a socket of its own (its own source port), as
+    separate switches would, so SO_REUSEPORT spreads switches over the collector's workers.
+    `per_datagram` > 1 packs that many individual reports of one switch into each
+    Telemetry Report v2.0 datagram (one sequence number per datagram). `processes` > 1
+    splits the switches and the rate over that many sender processes.
+    """
+    if per_datagram < 1 or (family == "v1" and per_datagram > 1):
+        raise ValueError(
+            f"per_datagram: {per_datagram} (v1 carries one report per datagram; v2 needs >= 1)"
+        )
+    if processes < 1:
+        raise ValueError(f"processes: must be >= 1, got {processes}")
+    if processes == 1:
+        return _send(target, rate, switches, duration_s, count, seed, family, epoch_s, pool,
+                     per_datagram, 0, 1)  # fmt: skip
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes) as p:
+        args = [
+            (target, rate / processes, switches, duration_s,
+             None if count is None else count // processes + (i < count % processes),
+             seed, family, epoch_s, pool, per_datagram, i, processes)
+            for i in range(processes)
+        ]  # fmt: skip
+        return sum(p.starmap(_send, args))
+
+
+def _send(
+    target: tuple[str, int],
+    rate: float,
+    switches: int,
+    duration_s: float | None,
+    count: int | None,
+    seed: int,
+    family: str,
+    epoch_s: float,
+    pool: int,
+    per_datagram: int,
+    part: int,
+    parts: int,
+) -> int:
     fabric = SyntheticFabric(switches, seed, family)
-    sock = socket.socket(socket.AF_INET6 if ":" in target[0] else socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
-    sock.connect(target)
-    send = sock.send
+    sinks = [leaf for i, leaf in enumerate(fabric.leaves) if i % parts == part]
+    if not sinks:
+        return 0
+    af = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
+    socks: dict[int, socket.socket] = {}
+    for sink in sinks:
+        sk = socket.socket(af, socket.SOCK_DGRAM)
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024 * 1024)
+        sk.connect(target)
+        socks[sink] = sk
+    sends = {sink: sk.send for sink, sk in socks.items()}
     seq_word = struct.Struct(">I")
-    seqs = {leaf: 0 for leaf in fabric.leaves}
+    pack_into = seq_word.pack_into
+    seqs = dict.fromkeys(sinks, 0)
+    v2 = family == "v2"
+    dgram_rate = rate / per_datagram
     start = time.perf_counter()
-    sent = 0
+    sent = 0  # datagrams
     next_epoch = start
-    entries: list[tuple[int, bytearray]] = []
-    batch = max(1, int(rate / 1000))  # send in 1 ms slots
+    ring: list[tuple[int, bytearray]] = []
+    burst = max(1, int(dgram_rate / 1000))  # rate control by ~1 ms batches
+    limit = None if count is None else -(-count // per_datagram)
+    n_ring = 1
     while True:
         now = time.perf_counter()
         if duration_s is not None and now - start >= duration_s:
             break
-        if count is not None and sent >= count:
+        if limit is not None and sent >= limit:
             break
         if now >= next_epoch:
             fabric.step(epoch_s)
-            entries = [(s, bytearray(d)) for s, d in (fabric.random_report() for _ in range(pool))]
+            ring = _ring(fabric, pool, per_datagram, sinks)
+            n_ring = len(ring)
             next_epoch = now + epoch_s
-        due = int((now - start) * rate) + 1 - sent
+        due = int((now - start) * dgram_rate) + 1 - sent
         if due <= 0:
-            time.sleep(min(0.001, (sent + 1 - (now - start) * rate) / rate))
+            time.sleep(min(0.001, (sent + 1 - (now - start) * dgram_rate) / dgram_rate))
             continue
-        due = min(due, batch * 4)
-        if count is not None:
-            due = min(due, count - sent)
-        for i in range(due):
-            sink, data = entries[(sent + i) % len(entries)]
-            if family == "v2":
-                seq = seqs[sink]
-                seq_word.pack_into(data, 0, (REPORT_V2 << 28) | (seq & 0x3FFFFF))
-            else:
-                seq = seqs[sink]
-                seq_word.pack_into(data, 8, seq & 0xFFFFFFFF)
+        due = min(due, burst * 4)
+        if limit is not None:
+            due = min(due, limit - sent)
+        for i in range(sent, sent + due):
+            sink, data = ring[i % n_ring]
+            seq = seqs[sink]
             seqs[sink] = seq + 1
-            try:  # noqa: SIM105 - hot loop; contextlib.suppress costs a call per report
-                send(data)
+            if v2:
+                pack_into(data, 0, (REPORT_V2 << 28) | (seq & 0x3FFFFF))
+            else:
+                pack_into(data, 8, seq & 0xFFFFFFFF)
+            try:  # noqa: SIM105 - hot loop; contextlib.suppress costs a call per datagram
+                sends[sink](data)
             except (BlockingIOError, ConnectionRefusedError):
                 pass  # nobody listening yet, or the kernel queue is full: the report is lost
         sent += due
-    sock.close()
-    return sent
+    for sk in socks.values():
+        sk.close()
+    return sent * per_datagram

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import select
-import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -39,12 +39,15 @@ MAX_DATAGRAM = 65535
 class Collector:
     """One receiving process: socket, decoder, fabric state, writer, HTTP endpoint."""
 
-    def __init__(self, settings: Settings, *, reuse_port: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, *, reuse_port: bool = False, worker: int = 0, workers: int = 1
+    ) -> None:
         self.s = settings
+        self.worker = worker
         self.decoder = Decoder(
             IntMarking(settings.int_dscp, settings.int_dscp_mask, frozenset(settings.int_udp_ports))
         )
-        self.fabric = Fabric(settings)
+        self.fabric = Fabric(settings, worker=worker, workers=workers)
         self.received = 0
         self.received_bytes = 0
         self.decoded = 0
@@ -74,8 +77,7 @@ class Collector:
         self.received_bytes += len(data)
         try:
             reports = self.decoder.decode(data)
-            for r in reports:
-                self.fabric.observe(r, now_ns)
+            self.fabric.observe_datagram(reports, now_ns)
             self.decoded += len(reports)
         except DecodeError as e:
             self.dropped[e.reason] = self.dropped.get(e.reason, 0) + 1
@@ -142,122 +144,186 @@ class Collector:
 
     # Observability -----------------------------------------------------------------------
 
-    def health(self) -> tuple[int, dict[str, Any]]:
-        alive = time.monotonic() - self.heartbeat < 2.0
-        w = self.writer
-        body: dict[str, Any] = {
-            "status": "ok" if alive and w.healthy else "degraded",
-            "receiving": alive,
-            "influxdb": "ok" if w.healthy else f"failing: {w.last_error}",
-            "buffered_points": w.buffered,
-            "buffer_limit": self.s.buffer_points,
-            "links": len(self.fabric.links),
-            "flows": len(self.fabric.flows),
+    def snapshot(self) -> dict[str, Any]:
+        """Every counter and gauge of this process, as plain data (sent to the supervisor)."""
+        f, w = self.fabric, self.writer
+        lost: dict[str, int] = {}
+        for (node, _hw), tr in list(f.seq.items()):
+            lost[str(node)] = lost.get(str(node), 0) + tr.lost
+        return {
+            "counters": {
+                "datagrams_received": self.received,
+                "bytes_received": self.received_bytes,
+                "reports_decoded": self.decoded,
+                "points_written": w.written,
+                "points_dropped": w.dropped,
+                "write_failures": w.failures,
+                "hops_unattributed": f.hops_unattributed,
+                "links_over_limit": f.links_full,
+            },
+            "dropped": {**self.decoder.skipped, **self.dropped},
+            "lost": lost,
+            "gauges": {"points_buffered": w.buffered, "links": len(f.links), "flows": len(f.flows)},
+            "receiving": time.monotonic() - self.heartbeat < 2.0,
+            "influxdb_up": w.healthy,
+            "influxdb_error": w.last_error,
+            "pid": os.getpid(),
         }
-        return (200 if body["status"] == "ok" else 503), body
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        return health_of([self.snapshot()], self.s.buffer_points)
 
     def serve_http(self) -> int:
         """Start /metrics and /healthz on a thread; returns the port."""
-        registry = CollectorRegistry()
-        registry.register(_Metrics(self))
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
-                elif path == "/healthz":
-                    code, doc = collector.health()
-                    body, ctype = json.dumps(doc).encode() + b"\n", "application/json"
-                else:
-                    body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.http = ThreadingHTTPServer((self.s.http_host, self.s.http_port), Handler)
-        self.http.daemon_threads = True
+        self.http = start_http(self.s, lambda: aggregate([self.snapshot()]), self.health)
         self.http_port = self.http.server_address[1]
-        threading.Thread(target=self.http.serve_forever, name="http", daemon=True).start()
         return self.http_port
 
 
-class _Metrics(PromCollector):
-    """Reads the collector's plain counters at scrape time (no locking in the hot path)."""
+# Totals across processes ---------------------------------------------------------------
 
-    def __init__(self, c: Collector) -> None:
-        self.c = c
+COUNTER_HELP = {
+    "datagrams_received": "UDP datagrams received",
+    "bytes_received": "UDP payload bytes received",
+    "reports_decoded": "Individual reports decoded",
+    "points_written": "Points written to InfluxDB",
+    "points_dropped": "Oldest points dropped because the backlog was full",
+    "write_failures": "Failed InfluxDB write attempts",
+    "hops_unattributed": "Hops without node ID or egress port",
+    "links_over_limit": "Hops or switches not tracked: max_links reached",
+}
+GAUGE_HELP = {
+    "points_buffered": "Points waiting for InfluxDB",
+    "links": "Links tracked (summed over workers; a link seen by two workers counts twice)",
+    "flows": "Flows tracked (LRU)",
+}
+
+
+def aggregate(live: list[dict[str, Any]], retired: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Sum the snapshots of live workers, plus the counters of workers that have exited."""
+    out: dict[str, Any] = {
+        "counters": dict.fromkeys(COUNTER_HELP, 0),
+        "dropped": {},
+        "lost": {},
+        "gauges": dict.fromkeys(GAUGE_HELP, 0),
+        "influxdb_up": all(s["influxdb_up"] for s in live),
+        "workers": len(live),
+        "worker_restarts": 0,
+    }
+    for snap in [*live, *([retired] if retired else [])]:
+        for k, v in snap["counters"].items():
+            out["counters"][k] = out["counters"].get(k, 0) + v
+        for key in ("dropped", "lost"):
+            for k, v in snap[key].items():
+                out[key][k] = out[key].get(k, 0) + v
+    for snap in live:
+        for k, v in snap["gauges"].items():
+            out["gauges"][k] += v
+    if retired:
+        out["worker_restarts"] = retired.get("worker_restarts", 0)
+    return out
+
+
+def health_of(snaps: list[dict[str, Any] | None], buffer_limit: int) -> tuple[int, dict[str, Any]]:
+    """ok only if every worker is alive, receiving, and its last write succeeded."""
+    live = [s for s in snaps if s is not None]
+    receiving = len(live) == len(snaps) and all(s["receiving"] for s in live)
+    errors = sorted({s["influxdb_error"] for s in live if not s["influxdb_up"]})
+    influx_ok = all(s["influxdb_up"] for s in live)
+    body: dict[str, Any] = {
+        "status": "ok" if receiving and influx_ok else "degraded",
+        "receiving": receiving,
+        "influxdb": "ok" if influx_ok else "failing: " + "; ".join(errors),
+        "buffered_points": sum(s["gauges"]["points_buffered"] for s in live),
+        "buffer_limit": buffer_limit,
+        "links": sum(s["gauges"]["links"] for s in live),
+        "flows": sum(s["gauges"]["flows"] for s in live),
+        "workers": [
+            {"worker": i, "alive": s is not None, "pid": s and s["pid"],
+             "receiving": bool(s and s["receiving"]),
+             "datagrams": s["counters"]["datagrams_received"] if s else None,
+             "influxdb": "ok" if s and s["influxdb_up"] else (s or {}).get("influxdb_error", "")}
+            for i, s in enumerate(snaps)
+        ],
+    }  # fmt: skip
+    return (200 if body["status"] == "ok" else 503), body
+
+
+class _Metrics(PromCollector):
+    """Renders an aggregate snapshot at scrape time (no locking in the hot path)."""
+
+    def __init__(self, source: Callable[[], dict[str, Any]]) -> None:
+        self.source = source
 
     def collect(self) -> Iterator[Any]:
-        c, f, w = self.c, self.c.fabric, self.c.writer
+        a = self.source()
         p = "int_collector_"
-        yield CounterMetricFamily(p + "datagrams_received", "UDP datagrams received", c.received)
-        yield CounterMetricFamily(
-            p + "bytes_received", "UDP payload bytes received", c.received_bytes
-        )
-        yield CounterMetricFamily(p + "reports_decoded", "Individual reports decoded", c.decoded)
+        c = a["counters"]
+        for name in ("datagrams_received", "bytes_received", "reports_decoded"):
+            yield CounterMetricFamily(p + name, COUNTER_HELP[name], c[name])
         dropped = CounterMetricFamily(
             p + "reports_dropped", "Datagrams or reports dropped, by reason", labels=["reason"]
         )
-        for reason, n in sorted({**c.decoder.skipped, **c.dropped}.items()):
+        for reason, n in sorted(a["dropped"].items()):
             dropped.add_metric([reason], n)
         yield dropped
         lost = CounterMetricFamily(
-            p + "reports_lost", "Reports missing by sequence number, per switch", labels=["switch"]
+            p + "reports_lost",
+            "Report datagrams missing by sequence number, per switch",
+            labels=["switch"],
         )
-        per_switch: dict[int, int] = {}
-        for (node, _hw), tr in list(f.seq.items()):
-            per_switch[node] = per_switch.get(node, 0) + tr.lost
-        for node, n in sorted(per_switch.items()):
-            lost.add_metric([str(node)], n)
+        for node, n in sorted(a["lost"].items(), key=lambda kv: int(kv[0])):
+            lost.add_metric([node], n)
         yield lost
-        yield CounterMetricFamily(p + "points_written", "Points written to InfluxDB", w.written)
-        yield GaugeMetricFamily(p + "points_buffered", "Points waiting for InfluxDB", w.buffered)
-        yield CounterMetricFamily(
-            p + "points_dropped", "Oldest points dropped because the backlog was full", w.dropped
+        for name in ("points_written", "points_dropped", "write_failures"):
+            yield CounterMetricFamily(p + name, COUNTER_HELP[name], c[name])
+        g = a["gauges"]
+        yield GaugeMetricFamily(
+            p + "points_buffered", GAUGE_HELP["points_buffered"], g["points_buffered"]
         )
-        yield CounterMetricFamily(
-            p + "write_failures", "Failed InfluxDB write attempts", w.failures
+        yield GaugeMetricFamily(
+            p + "influxdb_up", "1 if every worker's last write succeeded", int(a["influxdb_up"])
         )
-        yield GaugeMetricFamily(p + "influxdb_up", "1 if the last write succeeded", int(w.healthy))
-        yield GaugeMetricFamily(p + "links", "Links tracked", len(f.links))
-        yield GaugeMetricFamily(p + "flows", "Flows tracked (LRU)", len(f.flows))
+        yield GaugeMetricFamily(p + "links", GAUGE_HELP["links"], g["links"])
+        yield GaugeMetricFamily(p + "flows", GAUGE_HELP["flows"], g["flows"])
+        for name in ("hops_unattributed", "links_over_limit"):
+            yield CounterMetricFamily(p + name, COUNTER_HELP[name], c[name])
+        yield GaugeMetricFamily(p + "workers", "Receiving processes alive", a["workers"])
         yield CounterMetricFamily(
-            p + "hops_unattributed", "Hops without node ID or egress port", f.hops_unattributed
-        )
-        yield CounterMetricFamily(
-            p + "links_over_limit", "Hops or switches not tracked: max_links reached", f.links_full
-        )
+            p + "worker_restarts", "Receiving processes restarted after they died",
+            a["worker_restarts"],
+        )  # fmt: skip
 
 
-def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT; flush; return an exit status."""
-    c = Collector(settings, reuse_port=settings.workers > 1)
-    port = c.serve_http()
-    log.info(
-        "listening on udp %s:%d, http %s:%d, writing to %s bucket %s",
-        settings.listen_host, c.port, settings.http_host, port,
-        settings.influx_url, settings.influx_bucket,
-    )  # fmt: skip
+def start_http(
+    settings: Settings,
+    metrics: Callable[[], dict[str, Any]],
+    health: Callable[[], tuple[int, dict[str, Any]]],
+) -> ThreadingHTTPServer:
+    """/metrics and /healthz on a daemon thread."""
+    registry = CollectorRegistry()
+    registry.register(_Metrics(metrics))
 
-    def _stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: flushing and stopping", signum)
-        c.stop()
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+            elif path == "/healthz":
+                code, doc = health()
+                body, ctype = json.dumps(doc).encode() + b"\n", "application/json"
+            else:
+                body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        c.run()
-    finally:
-        c.close()
-    log.info(
-        "stopped: %d datagrams, %d reports, %d points written, %d still buffered, %d dropped",
-        c.received, c.decoded, c.writer.written, c.writer.buffered, c.writer.dropped,
-    )  # fmt: skip
-    return 0 if c.writer.buffered == 0 else 1
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    http = ThreadingHTTPServer((settings.http_host, settings.http_port), Handler)
+    http.daemon_threads = True
+    threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
+    return http

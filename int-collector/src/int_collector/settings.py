@@ -19,15 +19,25 @@ class SettingsError(Exception):
     """A setting is missing or invalid; the message names it."""
 
 
+class StartError(Exception):
+    """The service cannot start (an address cannot be bound, a worker fails); one line."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="INT_COLLECTOR_", extra="forbid")
 
     # Where reports arrive
     listen_host: str = "0.0.0.0"
     listen_port: int = Field(32766, ge=0, le=65535)
-    # > 1: set SO_REUSEPORT so that many `serve` processes (started by you) share the port;
-    # the kernel spreads senders over them and each keeps its own state.
+    # Receiving processes `serve` starts, each with its own socket on the same port
+    # (SO_REUSEPORT): the kernel hashes a datagram's source and destination address and port
+    # to one socket, so each switch's reports all reach one process (docs/collector.md).
+    # 1 by default: one process holds one view of every link; raise it when one core cannot
+    # keep up (see docs/benchmarks/collector.md).
     workers: int = Field(1, ge=1, le=64)
+    # A worker that dies is restarted; more than this many restarts within a minute stop
+    # the service (exit status 1) so that its supervisor sees the failure.
+    worker_restart_limit: int = Field(5, ge=0, le=1000)
     receive_buffer_bytes: int = Field(8 * 1024 * 1024, ge=65536)
     http_host: str = "127.0.0.1"
     http_port: int = Field(9273, ge=0, le=65535, description="/metrics and /healthz; 0: any")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .settings import Settings
@@ -148,9 +149,15 @@ def flow_text(flow: Flow) -> str:
 class Fabric:
     """All derived state of one receiving process."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, worker: int = 0, workers: int = 1) -> None:
         self.s = settings
+        # Point times of worker k are k modulo `workers`: two receiving processes writing the
+        # same link series never write the same timestamp (which would overwrite a point).
+        self._stamp_rem, self._stamp_mod = worker, workers
         self.alpha = settings.ewma_alpha
+        self.v2_unit = settings.v2_time_unit_ns
+        self.v1_unit = settings.v1_time_unit_ns
+        self.tx_full_scale = settings.tx_utilization_full_scale
         self.links: dict[tuple[int, int, int | None], LinkState] = {}
         self.flows: OrderedDict[Flow, FlowState] = OrderedDict()
         self.seq: dict[tuple[int, int], SequenceTracker] = {}
@@ -162,7 +169,18 @@ class Fabric:
     # Hot path -----------------------------------------------------------------------------
 
     def observe(self, r: Report, now_ns: int) -> None:
-        """Fold one decoded report into link, flow and sequence state."""
+        """Fold one decoded report (alone in its datagram) into state."""
+        self.observe_datagram((r,), now_ns)
+
+    def observe_datagram(self, reports: Sequence[Report], now_ns: int) -> None:
+        """Fold the reports of one datagram into link, flow and sequence state.
+
+        The sequence number belongs to the datagram (Telemetry Report v2.0 §3.2: one group
+        header, one number, however many individual reports follow), so it is counted once.
+        """
+        if not reports:
+            return
+        r = reports[0]
         key = (r.node_id, r.hw_id)
         tr = self.seq.get(key)
         if tr is None:
@@ -172,9 +190,14 @@ class Fabric:
                 tr = self.seq[key] = SequenceTracker(22 if r.family == "v2" else 32)
         if tr is not None:
             self.lost_total += tr.observe(r.seq)
+        for r in reports:
+            self._report(r, now_ns)
 
-        unit = self.s.v2_time_unit_ns if r.family == "v2" else self.s.v1_time_unit_ns
-        ts_bits = 64 if r.family == "v2" else 32
+    def _report(self, r: Report, now_ns: int) -> None:
+        if r.family == "v2":
+            unit, ts_bits = self.v2_unit, 64
+        else:
+            unit, ts_bits = self.v1_unit, 32
         lay = r.layout
         total_latency = 0.0
         have_latency = False
@@ -185,42 +208,69 @@ class Fabric:
             i_node, i_port, i_lat = lay.i_node_id, lay.i_egress_port, lay.i_hop_latency
             i_q, i_ts, i_tx = lay.i_queue, lay.i_egress_ts, lay.i_tx_utilization
             inv = lay.invalid
+            inv_node = inv[i_node] if i_node >= 0 else -1
+            inv_port = inv[i_port] if i_port >= 0 else -1
+            inv_lat = inv[i_lat] if i_lat >= 0 else -1
+            inv_q = inv[i_q] if i_q >= 0 else -1
+            inv_tx = inv[i_tx] if i_tx >= 0 else -1
+            # Utilisation from byte counts needs the per-link timestamp walk (`_link`);
+            # everything else is updated inline here.
+            by_bytes = i_tx < 0 and i_ts >= 0
+            links = self.links
+            a = self.alpha
+            full_scale = self.tx_full_scale
             for base in range(0, w * r.hop_count, w):
-                node = st[base + i_node] if i_node >= 0 else None
-                if node is not None and node == inv[i_node]:
-                    node = None
-                if node is not None:
+                node = st[base + i_node] if i_node >= 0 else inv_node
+                if node != inv_node:
                     path.append(node)
                 lat = None
                 if i_lat >= 0:
                     v = st[base + i_lat]
-                    if v != inv[i_lat]:
+                    if v != inv_lat:
                         lat = v * unit
                         total_latency += lat
                         have_latency = True
-                if node is None or i_port < 0 or st[base + i_port] == inv[i_port]:
+                if node == inv_node or i_port < 0 or st[base + i_port] == inv_port:
                     self.hops_unattributed += 1
                     continue
-                q = None
-                occ = None
+                q = occ = None
                 if i_q >= 0:
                     v = st[base + i_q]
-                    if v != inv[i_q]:
+                    if v != inv_q:
                         q, occ = v >> 24, v & 0xFFFFFF
-                ts = None
-                if i_ts >= 0:
-                    v = st[base + i_ts]
-                    if v != inv[i_ts]:
-                        ts = v
-                tx = None
+                if by_bytes:
+                    ts = st[base + i_ts]
+                    self._link(
+                        node, st[base + i_port], q, lat, occ, None,
+                        None if ts == inv[i_ts] else ts, unit, ts_bits, r.packet_length, now_ns,
+                    )  # fmt: skip
+                    continue
+                lkey = (node, st[base + i_port], q)
+                ls = links.get(lkey)
+                if ls is None:
+                    if len(links) >= self.s.max_links:
+                        self.links_full += 1
+                        continue
+                    ls = links[lkey] = LinkState(node, lkey[1], q)
+                if lat is not None:
+                    old = ls.latency
+                    ls.latency = lat if old is None else old + a * (lat - old)
+                    if lat > ls.latency_max:
+                        ls.latency_max = lat
+                if occ is not None:
+                    old = ls.queue_occupancy
+                    ls.queue_occupancy = occ if old is None else old + a * (occ - old)
+                    if occ > ls.queue_max:
+                        ls.queue_max = occ
                 if i_tx >= 0:
                     v = st[base + i_tx]
-                    if v != inv[i_tx]:
-                        tx = v
-                self._link(
-                    node, st[base + i_port], q, lat, occ, tx, ts, unit, ts_bits,
-                    r.packet_length, now_ns,
-                )  # fmt: skip
+                    if v != inv_tx:
+                        util = v / full_scale
+                        old = ls.util
+                        ls.util = util if old is None else old + a * (util - old)
+                ls.samples += 1
+                ls.dirty = True
+                ls.last_seen_ns = now_ns
         if r.local is not None:
             loc = r.local
             lat = None if loc.hop_latency is None else loc.hop_latency * unit
@@ -328,6 +378,8 @@ class Fabric:
     def _stamp(self, t: int) -> int:
         # Unique, increasing timestamps: two points of a series never overwrite each other.
         t = max(t, self._last_time_ns + 1)
+        if self._stamp_mod > 1:
+            t += (self._stamp_rem - t) % self._stamp_mod
         self._last_time_ns = t
         return t
 

@@ -125,9 +125,13 @@ class Writer:
                     "InfluxDB write failed (%s); retrying in %.1f s", self.last_error, delay
                 )
                 with self._lock:
-                    if self._closing and self._close_deadline < time.monotonic():
-                        return
-                    self._lock.wait(delay * (0.8 + 0.4 * random.random()))
+                    pause = delay * (0.8 + 0.4 * random.random())
+                    if self._closing:
+                        left = self._close_deadline - time.monotonic()
+                        if left <= 0:
+                            return
+                        pause = min(pause, left)
+                    self._lock.wait(pause)
                 delay = min(delay * 2, self.s.retry_max_s)
                 continue
             delay = self.s.retry_initial_s

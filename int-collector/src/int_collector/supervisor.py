@@ -1,0 +1,328 @@
+"""`serve`: several receiving processes on one UDP port, supervised.
+
+The parent starts `workers` processes. Each binds its own socket to the listen port with
+SO_REUSEPORT; the kernel hashes every datagram's (source address, source port, destination
+address, destination port) to one of the sockets, so all reports of one switch (one source
+address and port) reach the same process and its link state and sequence-loss tracking
+stay whole. Each worker is a complete `Collector` (decoder, state, its own InfluxDB writer
+with a backlog of `buffer_points / workers`, so the service as a whole holds at most
+`buffer_points`). Workers send a snapshot of their counters to the parent over a pipe every
+`SNAPSHOT_S`; the parent serves `/metrics` (totals over workers, plus the counters of
+workers that have exited) and `/healthz` (every worker alive, receiving and writing).
+
+A worker that exits without being asked to is restarted, and counted; more than
+`worker_restart_limit` restarts within a minute stop the service. SIGTERM or SIGINT to the
+parent is passed to every worker, each writes what changed and flushes its backlog, and the
+parent exits 0 only if every worker did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from .service import Collector, aggregate, health_of, start_http
+from .settings import Settings, StartError
+
+log = logging.getLogger("int_collector")
+
+SNAPSHOT_S = 0.25
+RESTART_WINDOW_S = 60.0
+_ctx = mp.get_context("spawn")  # the parent has threads (HTTP): no fork
+
+
+def _worker_main(
+    settings: Settings, index: int, workers: int, conn: Connection, log_level: int
+) -> None:
+    """One receiving process (the target of a spawned child)."""
+    logging.basicConfig(
+        level=log_level,
+        format=f"%(asctime)s %(levelname)s [worker {index}] %(message)s",
+    )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+    parent = os.getppid()
+    try:
+        c = Collector(settings, reuse_port=True, worker=index, workers=workers)
+    except OSError as e:
+        conn.send(
+            {"error": f"udp {settings.listen_host}:{settings.listen_port}: {e.strerror or e}"}
+        )
+        raise SystemExit(2) from None
+    signal.signal(signal.SIGTERM, lambda _s, _f: c.stop())
+    lock = threading.Lock()
+
+    def report(final: bool = False) -> bool:
+        snap = c.snapshot()
+        snap["final"] = final
+        try:
+            with lock:
+                conn.send(snap)
+        except OSError:
+            return False
+        return True
+
+    def reporter() -> None:
+        while not c._stop.wait(SNAPSHOT_S):
+            if os.getppid() != parent or not report():  # the parent is gone: stop
+                c.stop()
+
+    conn.send({"ready": c.port, "pid": os.getpid()})
+    threading.Thread(target=reporter, name="snapshots", daemon=True).start()
+    try:
+        c.run()
+    finally:
+        c.close()
+        report(final=True)
+        conn.close()
+    raise SystemExit(0 if c.writer.buffered == 0 else 1)
+
+
+class _Worker:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc: Any = None
+        self.conn: Connection | None = None
+        self.snap: dict[str, Any] | None = None
+        self.ready = False
+
+
+class Supervisor:
+    """Starts, watches and stops the receiving processes; serves the totals over HTTP."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        n = settings.workers
+        self.n = n
+        # Each worker's backlog is a share of the bound, so the service holds at most it.
+        per_worker = max(1, settings.buffer_points // n)
+        self.worker_settings = settings.model_copy(update={"buffer_points": per_worker})
+        self.workers = [_Worker(i) for i in range(n)]
+        self.retired: dict[str, Any] = {"counters": {}, "dropped": {}, "lost": {}}
+        self.restarts = 0
+        self._recent: deque[float] = deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.failed = ""
+        # Bind the port here first (in the SO_REUSEPORT group the workers join): a bad
+        # address or a port held by another program fails now, with one clear line; port 0
+        # gets its number. Held until every worker has bound it too.
+        ph = socket.socket(
+            socket.AF_INET6 if ":" in settings.listen_host else socket.AF_INET, socket.SOCK_DGRAM
+        )
+        ph.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            ph.bind((settings.listen_host, settings.listen_port))
+        except OSError as e:
+            ph.close()
+            where = f"{settings.listen_host}:{settings.listen_port}"
+            raise StartError(f"listen: cannot bind udp {where} ({e.strerror or e})") from None
+        self.port = ph.getsockname()[1]
+        self._placeholder: socket.socket | None = ph
+        self.worker_settings = self.worker_settings.model_copy(update={"listen_port": self.port})
+        try:
+            self.http = start_http(settings, self.metrics, self.health)
+        except OSError as e:
+            ph.close()
+            where = f"{settings.http_host}:{settings.http_port}"
+            raise StartError(f"http: cannot bind tcp {where} ({e.strerror or e})") from None
+        self.http_port = self.http.server_address[1]
+
+    # Totals -----------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        with self._lock:
+            live = [w.snap for w in self.workers if w.snap is not None]
+            retired = {**self.retired, "worker_restarts": self.restarts}
+            return aggregate(live, retired)
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        now = time.monotonic()
+        with self._lock:
+            snaps = [
+                w.snap if w.proc is not None and w.proc.is_alive() else None for w in self.workers
+            ]
+        # A worker whose snapshots stopped (hung) is not receiving, whatever it last said.
+        snaps = [
+            {**x, "receiving": False} if x and now - x["received_at"] > 2.0 else x for x in snaps
+        ]
+        code, body = health_of(snaps, self.s.buffer_points)
+        body["worker_restarts"] = self.restarts
+        return code, body
+
+    # Lifecycle --------------------------------------------------------------------------
+
+    def _spawn(self, w: _Worker) -> None:
+        ours, theirs = _ctx.Pipe(duplex=False)
+        proc = _ctx.Process(
+            target=_worker_main,
+            args=(self.worker_settings, w.index, self.n, theirs, logging.getLogger().level),
+            name=f"int-collector-worker-{w.index}",
+            daemon=False,
+        )
+        proc.start()
+        theirs.close()
+        w.proc, w.conn, w.ready = proc, ours, False
+
+    def _retire(self, w: _Worker) -> None:
+        """Fold a finished worker's last counters into the totals that outlive it."""
+        if w.conn is not None:
+            with contextlib.suppress(EOFError, OSError):
+                while w.conn.poll():
+                    self._receive(w)
+            w.conn.close()
+        with self._lock:
+            if w.snap is not None:
+                left = w.snap["gauges"]["points_buffered"]
+                if left:
+                    log.warning("worker %d exited with %d points not written", w.index, left)
+                r = self.retired
+                for key in ("counters", "dropped", "lost"):
+                    for k, v in w.snap[key].items():
+                        r[key][k] = r[key].get(k, 0) + v
+            w.snap, w.conn = None, None
+
+    def _receive(self, w: _Worker) -> None:
+        assert w.conn is not None
+        msg = w.conn.recv()
+        if "ready" in msg:
+            w.ready = True
+            return
+        if "error" in msg:
+            self.failed = f"worker {w.index}: {msg['error']}"
+            return
+        msg["received_at"] = time.monotonic()
+        with self._lock:
+            w.snap = msg
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start every worker and wait until each has bound the port."""
+        for w in self.workers:
+            self._spawn(w)
+        deadline = time.monotonic() + timeout_s
+        while not all(w.ready for w in self.workers):
+            for w in self.workers:
+                if not w.ready and w.proc is not None and not w.proc.is_alive():
+                    self._pump(0)
+                    raise RuntimeError(
+                        self.failed
+                        or f"worker {w.index} exited with status {w.proc.exitcode} while starting"
+                    )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workers not ready within {timeout_s:.0f} s")
+            self._pump(0.1)
+        if self._placeholder is not None:
+            self._placeholder.close()
+            self._placeholder = None
+
+    def _pump(self, timeout: float) -> None:
+        conns = {w.conn: w for w in self.workers if w.conn is not None}
+        for conn in wait(list(conns), timeout):
+            w = conns[conn]  # type: ignore[index]
+            try:
+                self._receive(w)
+            except (EOFError, OSError):
+                if w.conn is not None:
+                    w.conn.close()
+                w.conn = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        """Watch the workers until `stop()`; then stop them, let them flush, return status."""
+        while not self._stop.is_set():
+            self._pump(0.2)
+            for w in self.workers:
+                if w.proc is not None and not w.proc.is_alive() and not self._stop.is_set():
+                    self._restart(w)
+                    if self.failed:
+                        self._stop.set()
+                        break
+        return self._shutdown()
+
+    def _restart(self, w: _Worker) -> None:
+        code = w.proc.exitcode if w.proc is not None else None
+        self._retire(w)
+        now = time.monotonic()
+        self._recent.append(now)
+        while self._recent and now - self._recent[0] > RESTART_WINDOW_S:
+            self._recent.popleft()
+        if len(self._recent) > self.s.worker_restart_limit:
+            self.failed = (
+                f"worker {w.index} exited (status {code}); more than "
+                f"{self.s.worker_restart_limit} restarts within {RESTART_WINDOW_S:.0f} s: "
+                "stopping"
+            )
+            log.error("%s", self.failed)
+            return
+        self.restarts += 1
+        log.warning("worker %d exited (status %s); restarting it", w.index, code)
+        self._spawn(w)
+
+    def _shutdown(self) -> int:
+        for w in self.workers:
+            if w.proc is not None and w.proc.is_alive():
+                with contextlib.suppress(OSError):
+                    os.kill(w.proc.pid, signal.SIGTERM)
+        # A worker flushes for up to 10 s while InfluxDB fails, plus one write timeout.
+        deadline = time.monotonic() + 12 + self.s.influx_timeout_s
+        while any(w.proc is not None and w.proc.is_alive() for w in self.workers):
+            if time.monotonic() > deadline:
+                break
+            self._pump(0.1)
+        status = 1 if self.failed else 0
+        for w in self.workers:
+            if w.proc is None:
+                continue
+            if w.proc.is_alive():
+                log.error("worker %d did not stop in time; killing it", w.index)
+                w.proc.kill()
+                w.proc.join(5)
+                status = 1
+            elif w.proc.exitcode != 0:
+                status = 1
+            w.proc.join(1)
+            self._retire(w)
+        self.http.shutdown()
+        self.http.server_close()
+        c = self.metrics()["counters"]
+        log.info(
+            "stopped: %d datagrams, %d reports, %d points written, %d dropped, "
+            "%d worker restarts",
+            c["datagrams_received"], c["reports_decoded"], c["points_written"],
+            c["points_dropped"], self.restarts,
+        )  # fmt: skip
+        return status
+
+
+def serve(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT; flush every worker; return an exit status."""
+    sup = Supervisor(settings)  # StartError: the CLI prints it as one line
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping the workers (each flushes)", signum)
+        sup.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        sup.start()
+    except RuntimeError as e:
+        sup.stop()
+        sup._shutdown()
+        raise StartError(str(e)) from None
+    log.info(
+        "listening on udp %s:%d with %d worker(s), http %s:%d, writing to %s bucket %s",
+        settings.listen_host, sup.port, sup.n, settings.http_host, sup.http_port,
+        settings.influx_url, settings.influx_bucket,
+    )  # fmt: skip
+    return sup.run()
