@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -18,8 +18,10 @@ from rich.table import Table
 from .documents import Instance, Placement
 from .engine import STRATEGIES, solve
 from .examples import example_instance
-from .sim.scenario import Scenario
 from .validation import InstanceError, describe_validation_error
+
+if TYPE_CHECKING:  # the simulator pulls in numba: imported only by `evaluate`
+    from .sim.scenario import Scenario
 
 app = typer.Typer(
     add_completion=False,
@@ -131,7 +133,7 @@ def demo(seed: int = 0) -> None:
 
 
 def _scenarios(name: str) -> list[Scenario]:
-    from .sim.scenario import SCENARIOS, SUITE
+    from .sim.scenario import SCENARIOS, SUITE, Scenario
 
     if name == "suite":
         return [SCENARIOS[n] for n in SUITE]

@@ -36,6 +36,7 @@ class Flow:
     id: int = -1
     start: float = 0.0
     end: float | None = None
+    _slot: int = -1  # row in the simulator's arrays while the flow is alive
 
 
 class Simulator:
@@ -88,22 +89,22 @@ class Simulator:
         self._mult[slot, :w] = flow.mult
         self._mult[slot, w:] = 0.0
         self._cls[slot] = flow.cls
-        flow._slot = slot  # type: ignore[attr-defined]
+        flow._slot = slot
         self._dirty = True
         return flow
 
     def remove(self, flow: Flow) -> None:
         """Take a flow out before it is done (a moving hotspot, a cancelled transfer)."""
-        slot = flow._slot  # type: ignore[attr-defined]
+        slot = flow._slot
         if self._flows[slot] is flow:
             self._release(slot)
 
     def remaining(self, flow: Flow) -> float:
-        slot = flow._slot  # type: ignore[attr-defined]
+        slot = flow._slot
         return float(self._rem[slot]) if self._flows[slot] is flow else 0.0
 
     def rate(self, flow: Flow) -> float:
-        slot = flow._slot  # type: ignore[attr-defined]
+        slot = flow._slot
         if self._dirty:
             self._solve()
         return float(self._rate[slot]) if self._flows[slot] is flow else 0.0

@@ -201,7 +201,11 @@ def _baselines(summary: Summary) -> list[str]:
     return [r.strategy for r in summary.strategies if r.strategy not in NOT_BASELINES]
 
 
-def plot(results_by_scenario: dict[str, list[RunResult]], out: Path) -> list[Path]:
+def plot(
+    results_by_scenario: dict[str, list[RunResult]],
+    out: Path,
+    summaries: dict[str, Summary] | None = None,
+) -> list[Path]:
     """CCT CDF per strategy (one figure per scenario) and, for several scenarios, mean CCT
     relative to PS-only per scenario as grouped bars."""
     import matplotlib
@@ -239,7 +243,7 @@ def plot(results_by_scenario: dict[str, list[RunResult]], out: Path) -> list[Pat
                     strategies.append(r.strategy)
         rel = np.full((len(strategies), len(names)), np.nan)
         for j, n in enumerate(names):
-            summ = summarise(n, results_by_scenario[n])
+            summ = (summaries or {}).get(n) or summarise(n, results_by_scenario[n])
             means = {r.strategy: r.mean.mean for r in summ.strategies}
             ps = means.get("ps")
             for i, s in enumerate(strategies):
@@ -310,7 +314,7 @@ def write_results(
         md.insert(0, "### All scenarios\n\n" + overview(summaries) + "\n")
     text = "\n".join(md)
     (out / "summary.md").write_text(text + "\n")
-    return text, plot(results, out)
+    return text, plot(results, out, {sm.scenario: sm for sm in summaries})
 
 
 def load_results(path: Path) -> tuple[dict[str, Scenario], dict[str, list[RunResult]]]:

@@ -171,6 +171,32 @@ class RunResult:
         return np.array([r.cct_s for r in self.records])
 
 
+def world(
+    scenario: Scenario, fabric: Fabric, bg_rng: np.random.Generator, n_classes: int = 2
+) -> tuple[Simulator, IntObserver, Background]:
+    """A simulator on `fabric` with the scenario's INT observer and background traffic
+    (not started)."""
+    sim = Simulator(fabric, n_classes=n_classes)
+    observer = IntObserver(
+        sim,
+        period_s=scenario.int_period_s,
+        window_s=scenario.int_window_s,
+        staleness_s=scenario.int_staleness_s,
+    )
+    bg = Background(
+        sim,
+        bg_rng,
+        load=scenario.background_load,
+        size_alpha=scenario.bg_size_alpha,
+        size_min_bytes=scenario.bg_size_min_bytes,
+        size_max_bytes=scenario.bg_size_max_bytes,
+        hotspots=scenario.hotspots,
+        hotspot_flows=scenario.hotspot_flows,
+        hotspot_period_s=scenario.hotspot_period_s,
+    )
+    return sim, observer, bg
+
+
 def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
     """Simulate every job of `scenario` to its last iteration under `strategy`."""
     t0 = time.perf_counter()
@@ -180,24 +206,7 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
     specs = scenario.job_specs(fabric, np.random.default_rng(job_seq))
     for i, s in enumerate(specs):
         s.traffic_class = 1 + i
-    sim = Simulator(fabric, n_classes=1 + len(specs))
-    observer = IntObserver(
-        sim,
-        period_s=scenario.int_period_s,
-        window_s=scenario.int_window_s,
-        staleness_s=scenario.int_staleness_s,
-    )
-    bg = Background(
-        sim,
-        np.random.default_rng(bg_seq),
-        load=scenario.background_load,
-        size_alpha=scenario.bg_size_alpha,
-        size_min_bytes=scenario.bg_size_min_bytes,
-        size_max_bytes=scenario.bg_size_max_bytes,
-        hotspots=scenario.hotspots,
-        hotspot_flows=scenario.hotspot_flows,
-        hotspot_period_s=scenario.hotspot_period_s,
-    )
+    sim, observer, bg = world(scenario, fabric, np.random.default_rng(bg_seq), 1 + len(specs))
     cluster = Cluster(
         sim,
         observer,

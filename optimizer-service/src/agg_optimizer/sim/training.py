@@ -163,7 +163,6 @@ class Cluster:
     def _place(self, runs: list[_Running]) -> None:
         """Ask the strategy for `runs` given current INT and the pools other jobs hold."""
         topo: Topology = self.fabric.topology
-        mine = {r.spec.id for r in runs}
         residual = dict(self.free)
         for r in runs:
             for s in r.held:
@@ -193,6 +192,7 @@ class Cluster:
         placement = self.placer(inst)
         self.placements += 1
         by_id = {jp.job_id: jp for jp in placement.jobs}
+        assert {r.spec.id for r in runs} <= set(by_id), "the strategy left a job unplaced"
         for r in runs:
             jp = by_id[r.spec.id]
             want = {a.switch for a in jp.aggregators}
@@ -206,7 +206,6 @@ class Cluster:
                 else:
                     self.skipped_pools += 1
             r.placement = jp
-        assert mine == set(by_id)
 
     # -- iterations -------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ from ..documents import Instance, Job, SolverStats
 from ..engine import build_placement
 from ..network import Network, build_tree, evaluate
 from .core import Flow, Simulator
+from .fabric import Fabric
 from .observe import IntObserver
-from .scenario import Scenario
-from .traffic import Background
+from .scenario import Scenario, world
 from .training import components
 
 
@@ -59,26 +59,11 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-def _world(scenario: Scenario, seed: int, t0: float) -> tuple[Simulator, IntObserver]:
-    fabric = scenario.fabric()
-    sim = Simulator(fabric)
-    obs = IntObserver(
-        sim,
-        period_s=scenario.int_period_s,
-        window_s=scenario.int_window_s,
-        staleness_s=scenario.int_staleness_s,
-    )
-    bg = Background(
-        sim,
-        np.random.default_rng([seed, 7]),
-        load=scenario.background_load,
-        size_alpha=scenario.bg_size_alpha,
-        size_min_bytes=scenario.bg_size_min_bytes,
-        size_max_bytes=scenario.bg_size_max_bytes,
-        hotspots=scenario.hotspots,
-        hotspot_flows=scenario.hotspot_flows,
-        hotspot_period_s=scenario.hotspot_period_s,
-    )
+def _world(
+    scenario: Scenario, fabric: Fabric, seed: int, t0: float
+) -> tuple[Simulator, IntObserver]:
+    """The scenario's background on `fabric`, run to `t0`: the same every time for a seed."""
+    sim, obs, bg = world(scenario, fabric, np.random.default_rng([seed, 7]))
     obs.start()
     bg.start()
     sim.run(until=t0)
@@ -92,7 +77,7 @@ def surrogate_validity(
     background), scored by the surrogate, the bottleneck estimate and the simulator."""
     fabric = scenario.fabric()
     spec = scenario.job_specs(fabric, np.random.default_rng([seed, 3]))[0]
-    sim, obs = _world(scenario, seed, t0)
+    sim, obs = _world(scenario, fabric, seed, t0)
     job = Job(id=spec.id, workers=spec.workers, ps=spec.ps, update_bytes=spec.update_bytes)
     inst = Instance(topology=fabric.topology, telemetry=obs.telemetry(), jobs=[job])
     ctx = Context(inst)
@@ -111,7 +96,7 @@ def surrogate_validity(
         aggs = {candidates[i] for i in rng.choice(len(candidates), size=k, replace=False)}
         cost = evaluate(tree, aggs)
         jp = build_placement(ctx, "sample", {job.id: tree}, {job.id: aggs}, SolverStats()).jobs[0]
-        sim, _ = _world(scenario, seed, t0)
+        sim, _ = _world(scenario, fabric, seed, t0)
         flows = []
         for segs in components(jp, aggs, job.ps):
             idx = np.concatenate([fabric.path_links(p) for p in segs])
