@@ -8,7 +8,8 @@ generate-sources; the output lives in target/ and is never committed). Names fol
 fabric-tna's generated constants: the P4 name upper-cased with `.` -> `_`. Packet-I/O
 metadata are prefixed by their controller header (PACKET_IN_INGRESS_PORT), so they cannot
 clash with match fields. Sizes and bit widths come along (`*_SIZE`, `*_BITWIDTH`); the
-few `const` values of defines.p4 the app needs (CPU_PORT) are taken from the P4 source.
+few `const` values of defines.p4 the app needs (CPU_PORT, REPORT_CLONE_SESSION,
+INT_FULL_BITMAP_SUPPORTED) are taken from the P4 source.
 
 With ONOS_P4INFO, also writes the P4Info without the fields ONOS 2.7's P4Runtime protos
 predate (ONOS_UNKNOWN_FIELDS): p4c writes `initial_default_action` (P4Runtime 1.4), which
@@ -27,10 +28,10 @@ from pathlib import Path
 
 PACKAGE = "org.innetagg.onos.pipeconf"
 CLASS = "P4InfoConstants"
-DEFINES = ("CPU_PORT",)
-ONOS_UNKNOWN_FIELDS = (
-    "initial_default_action",
-)  # `const` values of defines.p4 that P4Info does not carry
+# `const` values of defines.p4 that P4Info does not carry
+DEFINES = ("CPU_PORT", "REPORT_CLONE_SESSION", "INT_FULL_BITMAP_SUPPORTED")
+# P4Info fields newer than ONOS 2.7's P4Runtime protos
+ONOS_UNKNOWN_FIELDS = ("initial_default_action",)
 
 _TOKEN = re.compile(r'\s*(?:(#[^\n]*)|([{}:])|("(?:\\.|[^"\\])*")|([^\s{}:"]+))')
 

@@ -1,6 +1,7 @@
 package org.innetagg.onos.pipeconf;
 
 import org.onosproject.net.behaviour.Pipeliner;
+import org.onosproject.net.behaviour.inbandtelemetry.IntProgrammable;
 import org.onosproject.net.pi.model.DefaultPiPipeconf;
 import org.onosproject.net.pi.model.PiPipeconf;
 import org.onosproject.net.pi.model.PiPipeconfId;
@@ -62,6 +63,7 @@ public final class PipeconfLoader {
                 .withPipelineModel(pipelineModel(p4Info))
                 .addBehaviour(PiPipelineInterpreter.class, InterpreterImpl.class)
                 .addBehaviour(Pipeliner.class, PipelinerImpl.class)
+                .addBehaviour(IntProgrammable.class, IntProgrammableImpl.class)
                 .addExtension(P4_INFO_TEXT, p4Info)
                 .addExtension(BMV2_JSON, resource(BMV2_JSON_PATH))
                 .build();

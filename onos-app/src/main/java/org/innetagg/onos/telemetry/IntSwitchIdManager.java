@@ -1,0 +1,111 @@
+package org.innetagg.onos.telemetry;
+
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import org.onosproject.net.Device;
+import org.onosproject.net.DeviceId;
+import org.onosproject.net.config.NetworkConfigService;
+import org.onosproject.net.config.basics.DeviceAnnotationConfig;
+import org.onosproject.net.device.DeviceService;
+import org.osgi.service.component.annotations.Component;
+import org.osgi.service.component.annotations.Reference;
+import org.osgi.service.component.annotations.ReferenceCardinality;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Optional;
+
+/**
+ * Gives out INT node IDs and publishes them as the {@value IntSwitchIdService#ANNOTATION}
+ * device annotation through ONOS's network configuration (key {@code annotations}), which
+ * ONOS keeps in its distributed store: a restart of this app finds its earlier numbers there.
+ *
+ * <p>Why not derive the number from the device: a bmv2 device's P4Runtime {@code device_id}
+ * is 1 on every switch that has its own gRPC server, and device names carry no number.
+ */
+@Component(immediate = true, service = IntSwitchIdService.class)
+public class IntSwitchIdManager implements IntSwitchIdService {
+
+    private final Logger log = LoggerFactory.getLogger(getClass());
+
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    public DeviceService deviceService;
+
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    public NetworkConfigService netcfgService;
+
+    private final Map<DeviceId, Integer> given = new HashMap<>();
+
+    @Override
+    public synchronized int switchId(DeviceId deviceId) {
+        Map<DeviceId, Integer> claimed = claimed();
+        Integer own = claimed.get(deviceId);
+        if (own != null && claimed.entrySet().stream()
+                .noneMatch(e -> !e.getKey().equals(deviceId) && e.getValue().equals(own))) {
+            given.put(deviceId, own);
+            return own;
+        }
+        if (own != null) {
+            log.warn("{}: {}={} is claimed by another device too; giving a new number",
+                    deviceId, ANNOTATION, own);
+        }
+        int id = 1;
+        while (claimed.containsValue(id)) {
+            id++;
+        }
+        given.put(deviceId, id);
+        publish(deviceId, id);
+        log.info("{}: INT node ID {}", deviceId, id);
+        return id;
+    }
+
+    @Override
+    public synchronized Map<DeviceId, Integer> switchIds() {
+        return Map.copyOf(given);
+    }
+
+    /** Numbers in use: given out here, annotated on a device, or set in netcfg not yet applied. */
+    private Map<DeviceId, Integer> claimed() {
+        Map<DeviceId, Integer> out = new HashMap<>(given);
+        for (Device d : deviceService.getDevices()) {
+            parse(d.annotations().value(ANNOTATION)).ifPresent(n -> out.put(d.id(), n));
+        }
+        for (DeviceId id : netcfgService.getSubjects(DeviceId.class, DeviceAnnotationConfig.class)) {
+            DeviceAnnotationConfig cfg = netcfgService.getConfig(id, DeviceAnnotationConfig.class);
+            if (cfg != null) {
+                parse(cfg.annotations().get(ANNOTATION)).ifPresent(n -> out.put(id, n));
+            }
+        }
+        return out;
+    }
+
+    static Optional<Integer> parse(String value) {
+        if (value == null) {
+            return Optional.empty();
+        }
+        try {
+            long n = Long.parseLong(value.trim());
+            return n >= 1 && n <= Integer.MAX_VALUE ? Optional.of((int) n) : Optional.empty();
+        } catch (NumberFormatException e) {
+            return Optional.empty();
+        }
+    }
+
+    /** Adds the annotation to the device's annotations config, keeping the operator's entries. */
+    private void publish(DeviceId deviceId, int id) {
+        DeviceAnnotationConfig cfg = netcfgService.getConfig(deviceId, DeviceAnnotationConfig.class);
+        ObjectNode json = cfg != null && cfg.node().isObject()
+                ? ((ObjectNode) cfg.node()).deepCopy() : JsonNodeFactory.instance.objectNode();
+        ObjectNode entries = json.has("entries") && json.get("entries").isObject()
+                ? (ObjectNode) json.get("entries") : json.putObject("entries");
+        entries.put(ANNOTATION, Integer.toString(id));
+        try {
+            netcfgService.applyConfig(deviceId, DeviceAnnotationConfig.class, json);
+        } catch (RuntimeException e) {
+            // The number holds for this run; readers without the annotation fall back (docs).
+            log.warn("{}: could not publish {}={}: {}", deviceId, ANNOTATION, id, e.getMessage());
+        }
+    }
+}

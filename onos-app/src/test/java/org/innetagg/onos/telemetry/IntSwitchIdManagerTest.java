@@ -1,0 +1,108 @@
+package org.innetagg.onos.telemetry;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.junit.Before;
+import org.junit.Test;
+import org.onlab.packet.ChassisId;
+import org.onosproject.net.DefaultAnnotations;
+import org.onosproject.net.DefaultDevice;
+import org.onosproject.net.Device;
+import org.onosproject.net.DeviceId;
+import org.onosproject.net.device.DeviceServiceAdapter;
+import org.onosproject.net.provider.ProviderId;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertNotEquals;
+import static org.junit.Assert.assertTrue;
+
+/** INT node IDs: taken from annotations, else given out and published through netcfg. */
+public class IntSwitchIdManagerTest {
+    private static final ProviderId PID = new ProviderId("test", "innet-agg");
+    private static final DeviceId S1 = DeviceId.deviceId("device:bmv2:s1");
+    private static final DeviceId S2 = DeviceId.deviceId("device:bmv2:s2");
+    private static final DeviceId S3 = DeviceId.deviceId("device:bmv2:s3");
+
+    private final List<Device> devices = new ArrayList<>();
+    private InMemoryNetworkConfig netcfg;
+    private IntSwitchIdManager ids;
+
+    private void device(DeviceId id, String... annotations) {
+        devices.add(new DefaultDevice(PID, id, Device.Type.SWITCH, "bmv2", "1", "1", "1", new ChassisId(),
+                DefaultAnnotations.builder().putAll(pairs(annotations)).build()));
+    }
+
+    private static java.util.Map<String, String> pairs(String... kv) {
+        java.util.Map<String, String> m = new java.util.HashMap<>();
+        for (int i = 0; i < kv.length; i += 2) {
+            m.put(kv[i], kv[i + 1]);
+        }
+        return m;
+    }
+
+    @Before
+    public void setUp() {
+        netcfg = new InMemoryNetworkConfig();
+        ids = new IntSwitchIdManager();
+        ids.netcfgService = netcfg;
+        ids.deviceService = new DeviceServiceAdapter() {
+            @Override
+            public Iterable<Device> getDevices() {
+                return List.copyOf(devices);
+            }
+        };
+    }
+
+    @Test
+    public void givesLowestFreeNumbersAndPublishesThem() {
+        device(S1);
+        device(S2, "managementAddress", "grpc://127.0.0.1:50002?device_id=1");
+        assertEquals(1, ids.switchId(S1));
+        assertEquals(2, ids.switchId(S2));
+        assertEquals(1, ids.switchId(S1));  // stable
+        assertEquals("1", netcfg.annotations.get(S1).path("entries").path("intSwitchId").asText());
+        assertEquals("2", netcfg.annotations.get(S2).path("entries").path("intSwitchId").asText());
+        assertEquals(2, netcfg.applied);
+    }
+
+    @Test
+    public void keepsAnOperatorsNumberAndSkipsItWhenGivingOut() {
+        device(S1, "intSwitchId", "1");
+        device(S2);
+        assertEquals(2, ids.switchId(S2));
+        assertEquals(1, ids.switchId(S1));
+        assertEquals(1, netcfg.applied);  // S1's number was already published
+    }
+
+    @Test
+    public void aNumberTwoDevicesClaimIsReplacedForTheOneAsking() {
+        device(S1, "intSwitchId", "5");
+        device(S2, "intSwitchId", "5");
+        device(S3, "intSwitchId", "not-a-number");
+        int s2 = ids.switchId(S2);
+        assertNotEquals(5, s2);
+        assertEquals(1, s2);
+        assertEquals(2, ids.switchId(S3));
+    }
+
+    @Test
+    public void publishingKeepsTheOperatorsOtherAnnotations() throws Exception {
+        device(S1);
+        netcfg.annotations.put(S1, new ObjectMapper().readTree("{\"entries\": {\"name\": \"leaf-1\"}}"));
+        assertEquals(1, ids.switchId(S1));
+        assertEquals("leaf-1", netcfg.annotations.get(S1).path("entries").path("name").asText());
+        assertEquals("1", netcfg.annotations.get(S1).path("entries").path("intSwitchId").asText());
+    }
+
+    @Test
+    public void numbersSetInNetcfgButNotYetOnTheDeviceAreTaken() throws Exception {
+        device(S1);
+        device(S2);
+        netcfg.annotations.put(S1, new ObjectMapper().readTree("{\"entries\": {\"intSwitchId\": \"1\"}}"));
+        assertEquals(2, ids.switchId(S2));
+        assertEquals(1, ids.switchId(S1));
+        assertTrue(ids.switchIds().values().containsAll(List.of(1, 2)));
+    }
+}
