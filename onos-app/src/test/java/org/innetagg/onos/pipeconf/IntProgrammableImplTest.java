@@ -500,6 +500,86 @@ public class IntProgrammableImplTest {
         assertNull(groups.getGroup(LEAF2, IntProgrammableImpl.REPORT_GROUP_KEY));
     }
 
+    /**
+     * The INT app's sequence on leaf1 -- spine1 -- leaf2 (hosts 10.0.0.1 on leaf1/1, 10.0.0.2 on
+     * leaf2/2, the collector on leaf2/1): init everywhere; on the edge switches the report
+     * config, source and sink ports for host ports, and the objective. What it writes goes to
+     * target/int-entries.json, which tests/p4/test_bmv2_onos_int.py loads into three bmv2
+     * switches to check that INT reports really come out (bmv2 runs there, ONOS does not).
+     */
+    @Test
+    public void theIntAppsSequenceOnAChainExportedForBmv2() throws Exception {
+        hosts.add(new DefaultHost(PID, HostId.hostId("00:00:00:00:00:01/None"),
+                MacAddress.valueOf("00:00:00:00:00:01"), VlanId.NONE,
+                new HostLocation(LEAF1, PortNumber.portNumber(1), 0), ImmutableSet.of(IpAddress.valueOf("10.0.0.1"))));
+        hosts.add(new DefaultHost(PID, HostId.hostId("00:00:00:00:00:02/None"),
+                MacAddress.valueOf("00:00:00:00:00:02"), VlanId.NONE,
+                new HostLocation(LEAF2, PortNumber.portNumber(2), 0), ImmutableSet.of(IpAddress.valueOf("10.0.0.2"))));
+        IntObjective obj = IntObjective.builder()
+                .withSelector(DefaultTrafficSelector.builder().matchEthType((short) 0x0800)
+                        .matchIPSrc(IpPrefix.valueOf("10.0.0.1/32")).matchUdpDst(TpPort.tpPort(5000)).build())
+                .withMetadataTypes(Set.of(IntMetadataType.HOP_LATENCY, IntMetadataType.QUEUE_OCCUPANCY))
+                .build();
+        com.fasterxml.jackson.databind.ObjectMapper mapper = new com.fasterxml.jackson.databind.ObjectMapper();
+        com.fasterxml.jackson.databind.node.ObjectNode out = mapper.createObjectNode();
+        for (DeviceId d : List.of(LEAF1, SPINE1, LEAF2)) {
+            IntProgrammable b = behaviour(d);
+            assertTrue(b.init());
+            Set<PortNumber> hostPorts = hosts.stream().map(Host::location).filter(l -> l.deviceId().equals(d))
+                    .map(HostLocation::port).collect(Collectors.toCollection(() -> new java.util.TreeSet<>(java.util.Comparator.comparingLong(PortNumber::toLong))));
+            if (!hostPorts.isEmpty()) {
+                assertTrue(b.setupIntConfig(reportConfig(true)));
+                for (PortNumber p : hostPorts) {
+                    assertTrue(b.setSourcePort(p));
+                    assertTrue(b.setSinkPort(p));
+                }
+                assertTrue(b.addIntObjective(obj));
+            }
+            com.fasterxml.jackson.databind.node.ObjectNode dev = out.putObject(d.toString());
+            com.fasterxml.jackson.databind.node.ArrayNode entries = dev.putArray("entries");
+            for (FlowRule r : rules.applied) {
+                if (r.deviceId().equals(d)) {
+                    entries.add(bmv2Entry(r));
+                }
+            }
+            Group g = groups.getGroup(d, IntProgrammableImpl.REPORT_GROUP_KEY);
+            if (g != null) {
+                dev.putObject("clone_sessions").put(Integer.toString(g.id().id()), cloneOutput(d));
+            }
+        }
+        // transit: node ID only; edges: node ID, report, one sink per host port, the watchlist.
+        assertEquals(1, out.get(SPINE1.toString()).get("entries").size());
+        assertEquals(1 + 1 + 2 + 1, out.get(LEAF2.toString()).get("entries").size());
+        java.nio.file.Files.writeString(java.nio.file.Path.of("target", "int-entries.json"),
+                mapper.writerWithDefaultPrettyPrinter().writeValueAsString(out));
+    }
+
+    /** A flow rule as a P4Runtime table entry: names and unsigned values, from the PI objects. */
+    private static com.fasterxml.jackson.databind.node.ObjectNode bmv2Entry(FlowRule r) {
+        PiAction a = assertFits(r, model);
+        com.fasterxml.jackson.databind.node.ObjectNode e =
+                new com.fasterxml.jackson.databind.ObjectMapper().createObjectNode();
+        e.put("table", r.table().toString());
+        e.put("default", r.selector().criteria().isEmpty());
+        e.put("priority", r.priority());
+        com.fasterxml.jackson.databind.node.ObjectNode match = e.putObject("match");
+        if (!r.selector().criteria().isEmpty()) {
+            for (PiFieldMatch m : ((PiCriterion) r.selector().criteria().iterator().next()).fieldMatches()) {
+                com.fasterxml.jackson.databind.node.ObjectNode f = match.putObject(m.fieldId().toString());
+                if (m instanceof PiTernaryFieldMatch) {
+                    f.put("value", unsigned(((PiTernaryFieldMatch) m).value().asArray()));
+                    f.put("mask", unsigned(((PiTernaryFieldMatch) m).mask().asArray()));
+                } else {
+                    f.put("value", unsigned(((org.onosproject.net.pi.runtime.PiExactFieldMatch) m).value().asArray()));
+                }
+            }
+        }
+        e.put("action", a.id().toString());
+        com.fasterxml.jackson.databind.node.ObjectNode params = e.putObject("params");
+        a.parameters().forEach(p -> params.put(p.id().toString(), unsigned(p.value().asArray())));
+        return e;
+    }
+
     private long cloneOutput(DeviceId device) {
         Group g = groups.getGroup(device, IntProgrammableImpl.REPORT_GROUP_KEY);
         assertNotNull("no clone session on " + device, g);
