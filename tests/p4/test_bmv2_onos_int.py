@@ -122,6 +122,8 @@ def test_the_apps_int_entries_produce_reports_in_bmv2() -> None:
     (r,) = Decoder().decode(payload)
     assert r.node_id == node["leaf2"]
     assert got[0][:6] == (report["params"]["dst_mac"]).to_bytes(6, "big")  # the collector's MAC
+    # No sink address from ONOS 2.7's INT app: link-local, named by the node ID.
+    assert got[0][26:30] == bytes([169, 254, node["leaf2"] >> 8, node["leaf2"] & 0xFF])
     watch = next(e for e in leaf1["entries"] if e["table"] == n.INT_WATCHLIST_TABLE)
     assert r.remaining_hop_count == watch["params"]["remaining_hop_cnt"] - 3
     assert r.instruction_bitmap == 0xF000  # node ID, L1 ports (always) + latency, queue (asked)

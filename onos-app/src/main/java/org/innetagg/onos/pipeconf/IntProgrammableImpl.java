@@ -303,13 +303,14 @@ public class IntProgrammableImpl extends AbstractHandlerBehaviour implements Int
                 removeReport();
                 return true;
             }
-            // ONOS's builder fills what the operator left out with zeros.
+            // ONOS's builder fills what the operator left out with zeros; ONOS 2.7's INT app
+            // only ever sets the collector's address and port (from its netcfg).
             String missing = config.spec() != IntDeviceConfig.TelemetrySpec.INT ? "spec: INT only"
                     : !usable(config.collectorIp()) ? "collectorIp: an IPv4 address is needed"
                     : config.collectorPort() == null || config.collectorPort().toInt() == 0
                     ? "collectorPort: a UDP port is needed"
-                    // A report from 0.0.0.0 is a martian source to the collector's kernel: dropped.
-                    : !usable(config.sinkIp()) ? "sinkIp: an IPv4 address is needed" : null;
+                    : config.sinkIp() != null && !config.sinkIp().isZero() && !config.sinkIp().isIp4()
+                    ? "sinkIp: IPv4 only" : null;
             if (missing != null) {
                 log.warn("{}: INT report config refused: {}", deviceId(), missing);
                 return false;
@@ -320,7 +321,8 @@ public class IntProgrammableImpl extends AbstractHandlerBehaviour implements Int
                         + " has no {} annotation", deviceId(), config.collectorIp(), REPORT_PORT_ANNOTATION);
                 return false;
             }
-            apply(reportEntry(config, nextHopMac(config)));
+            int node = handler().get(IntSwitchIdService.class).switchId(deviceId());
+            apply(reportEntry(config, node, nextHopMac(config)));
             cloneSession(port.get());
             return true;
         } catch (RuntimeException e) {
@@ -329,13 +331,24 @@ public class IntProgrammableImpl extends AbstractHandlerBehaviour implements Int
         }
     }
 
-    FlowRule reportEntry(IntDeviceConfig config, MacAddress nextHop) {
-        MacAddress src = config.sinkMac() == null ? MacAddress.ZERO : config.sinkMac();
+    /**
+     * The report header's addresses. Without a sink IP and MAC (ONOS 2.7's INT app never sets
+     * them) the switch's reports come from 169.254.H.L and 02:00:00:00:H:L, H.L being its node
+     * ID: a link-local source the collector's kernel accepts (0.0.0.0 it drops as a martian),
+     * and one that names the switch.
+     */
+    FlowRule reportEntry(IntDeviceConfig config, int node, MacAddress nextHop) {
+        MacAddress src = config.sinkMac() != null && !config.sinkMac().equals(MacAddress.ZERO)
+                ? config.sinkMac()
+                : MacAddress.valueOf(new byte[]{2, 0, 0, 0, (byte) (node >> 8), (byte) node});
+        IpAddress srcIp = usable(config.sinkIp()) ? config.sinkIp()
+                : IpAddress.valueOf(IpAddress.Version.INET,
+                        new byte[]{(byte) 169, (byte) 254, (byte) (node >> 8), (byte) node});
         return defaultEntry(EGRESS_PIPE_INT_REPORT_REPORT_COLLECTOR, PiAction.builder()
                 .withId(EGRESS_PIPE_INT_REPORT_SET_COLLECTOR)
                 .withParameter(new PiActionParam(SRC_MAC, src.toBytes()))
                 .withParameter(new PiActionParam(DST_MAC, nextHop.toBytes()))
-                .withParameter(new PiActionParam(SRC_IP, config.sinkIp().toOctets()))
+                .withParameter(new PiActionParam(SRC_IP, srcIp.toOctets()))
                 .withParameter(new PiActionParam(COLLECTOR_IP, config.collectorIp().toOctets()))
                 .withParameter(new PiActionParam(COLLECTOR_PORT, (short) config.collectorPort().toInt()))
                 .build());

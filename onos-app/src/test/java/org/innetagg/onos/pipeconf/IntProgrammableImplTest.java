@@ -421,14 +421,17 @@ public class IntProgrammableImplTest {
     }
 
     @Test
-    public void withoutANextHopMacReportsAreAddressedToTheCollectorsOwnMac() {
+    public void whatOnos27sIntAppLeavesOutIsFilledFromTheCollectorHostAndTheNodeId() {
+        // ONOS 2.7's INT app builds the config from its netcfg: collector address and port only.
         IntDeviceConfig cfg = IntDeviceConfig.builder().enabled(true)
-                .withCollectorIp(COLLECTOR).withCollectorPort(TpPort.tpPort(32766))
-                .withSinkIp(IpAddress.valueOf("10.0.0.1")).build();
-        assertTrue(behaviour(LEAF1).setupIntConfig(cfg));
+                .withCollectorIp(COLLECTOR).withCollectorPort(TpPort.tpPort(32766)).build();
+        assertTrue(behaviour(SPINE1).init());  // node 1
+        assertTrue(behaviour(LEAF1).setupIntConfig(cfg));  // node 2
         PiAction a = assertFits(appliedTo(EGRESS_PIPE_INT_REPORT_REPORT_COLLECTOR).get(0), model);
-        assertEquals(0x0000000000FEL, param(a, DST_MAC));
-        assertEquals(0L, param(a, SRC_MAC));
+        assertEquals(0x0000000000FEL, param(a, DST_MAC));  // the collector host's MAC
+        assertEquals(0x020000000002L, param(a, SRC_MAC));
+        assertEquals(0xA9FE0002L, param(a, SRC_IP));  // 169.254.0.2
+        assertEquals(0x0A0000FEL, param(a, COLLECTOR_IP));
     }
 
     @Test
@@ -449,10 +452,6 @@ public class IntProgrammableImplTest {
         hosts.clear();
         assertFalse(behaviour(LEAF1).setupIntConfig(reportConfig(true)));
         device(LEAF1, IntProgrammableImpl.REPORT_PORT_ANNOTATION, "2");
-        // What ONOS's builder leaves at zero when the operator omits it.
-        IntDeviceConfig noSinkIp = IntDeviceConfig.builder().enabled(true)
-                .withCollectorIp(COLLECTOR).withCollectorPort(TpPort.tpPort(32766)).build();
-        assertFalse(behaviour(LEAF1).setupIntConfig(noSinkIp));
         IntDeviceConfig noPort = IntDeviceConfig.builder().enabled(true)
                 .withCollectorIp(COLLECTOR).withSinkIp(IpAddress.valueOf("10.0.0.1")).build();
         assertFalse(behaviour(LEAF1).setupIntConfig(noPort));
@@ -520,6 +519,9 @@ public class IntProgrammableImplTest {
                         .matchIPSrc(IpPrefix.valueOf("10.0.0.1/32")).matchUdpDst(TpPort.tpPort(5000)).build())
                 .withMetadataTypes(Set.of(IntMetadataType.HOP_LATENCY, IntMetadataType.QUEUE_OCCUPANCY))
                 .build();
+        // As ONOS 2.7's INT app builds it from its netcfg: the collector's address and port only.
+        IntDeviceConfig onos27Config = IntDeviceConfig.builder().enabled(true)
+                .withCollectorIp(COLLECTOR).withCollectorPort(TpPort.tpPort(32766)).build();
         com.fasterxml.jackson.databind.ObjectMapper mapper = new com.fasterxml.jackson.databind.ObjectMapper();
         com.fasterxml.jackson.databind.node.ObjectNode out = mapper.createObjectNode();
         for (DeviceId d : List.of(LEAF1, SPINE1, LEAF2)) {
@@ -528,7 +530,7 @@ public class IntProgrammableImplTest {
             Set<PortNumber> hostPorts = hosts.stream().map(Host::location).filter(l -> l.deviceId().equals(d))
                     .map(HostLocation::port).collect(Collectors.toCollection(() -> new java.util.TreeSet<>(java.util.Comparator.comparingLong(PortNumber::toLong))));
             if (!hostPorts.isEmpty()) {
-                assertTrue(b.setupIntConfig(reportConfig(true)));
+                assertTrue(b.setupIntConfig(onos27Config));
                 for (PortNumber p : hostPorts) {
                     assertTrue(b.setSourcePort(p));
                     assertTrue(b.setSinkPort(p));
