@@ -76,4 +76,51 @@ public class OnosIntegrationTest {
                 .POST(HttpRequest.BodyPublishers.ofString("{\"jobs\": []}")));
         assertEquals(400, bad.statusCode());
     }
+
+    /**
+     * A placement becomes agg_job flow rules in ONOS's flow store (devices of ONOS's null
+     * provider, {@code org.onosproject.null} with a topology: rules stay pending there, having no
+     * switch behind them, but ONOS lists them), and DELETE takes them away. Skipped when the ONOS
+     * has no host (null provider not active).
+     */
+    @Test
+    public void aPlacementBecomesFlowRulesAndDeleteRemovesThem() throws Exception {
+        appInstallsActivatesAndAnswers();
+        com.fasterxml.jackson.databind.ObjectMapper json = new com.fasterxml.jackson.databind.ObjectMapper();
+        com.fasterxml.jackson.databind.JsonNode hosts = json.readTree(send(HttpRequest.newBuilder(
+                URI.create(base + "/onos/v1/hosts")).GET()).body()).path("hosts");
+        Assume.assumeTrue("ONOS has no hosts: activate org.onosproject.null with a topology", hosts.size() > 0);
+        com.fasterxml.jackson.databind.JsonNode ps = hosts.get(0);
+        String device = ps.path("locations").get(0).path("elementId").asText();
+        String doc = "{\"jobs\": [{\"job_id\": \"it-place\", \"aggregators\": [{\"switch\": \"" + device
+                + "\", \"children\": [], \"fan_in\": 2, \"next_hop\": \"" + ps.path("id").asText()
+                + "\", \"pool\": {\"base\": 0, \"size\": 64}}], \"worker_paths\": {}}]}";
+        HttpResponse<String> applied = send(HttpRequest.newBuilder(
+                URI.create(base + "/onos/innet-agg/aggregation/it-place"))
+                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(doc)));
+        assertTrue(applied.body(), applied.statusCode() == 201 || applied.statusCode() == 200);
+        assertTrue(aggJobRules(json, device) > 0);
+        assertEquals(204, send(HttpRequest.newBuilder(
+                URI.create(base + "/onos/innet-agg/aggregation/it-place")).DELETE()).statusCode());
+        int left = -1;
+        for (int i = 0; i < 30 && left != 0; i++) {
+            Thread.sleep(500);
+            left = aggJobRules(json, device);
+        }
+        assertEquals(0, left);
+    }
+
+    private int aggJobRules(com.fasterxml.jackson.databind.ObjectMapper json, String device) throws Exception {
+        com.fasterxml.jackson.databind.JsonNode flows = json.readTree(send(HttpRequest.newBuilder(
+                URI.create(base + "/onos/v1/flows/" + device)).GET()).body()).path("flows");
+        int n = 0;
+        for (com.fasterxml.jackson.databind.JsonNode f : flows) {
+            if (APP.equals(f.path("appId").asText())
+                    && f.path("tableId").asText().contains("agg_job")
+                    && !"PENDING_REMOVE".equals(f.path("state").asText())) {
+                n++;
+            }
+        }
+        return n;
+    }
 }
