@@ -21,6 +21,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -113,6 +114,13 @@ public class AggregationManager implements AggregationService {
     @Override
     public Optional<AppliedPlacement> get(String jobId) {
         return Optional.ofNullable(jobs.get(jobId));
+    }
+
+    @Override
+    public List<AppliedPlacement> placements() {
+        List<AppliedPlacement> all = new ArrayList<>(jobs.values());
+        all.sort(Comparator.comparing(a -> a.placement.jobId));
+        return List.copyOf(all);
     }
 
     @Override

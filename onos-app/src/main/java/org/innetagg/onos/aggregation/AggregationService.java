@@ -1,5 +1,6 @@
 package org.innetagg.onos.aggregation;
 
+import java.util.List;
 import java.util.Optional;
 
 /** Applies aggregation placements as agg_job table entries (docs/onos-aggregation-api.md). */
@@ -9,6 +10,9 @@ public interface AggregationService {
     AppliedPlacement apply(JobPlacement placement) throws InvalidPlacementException;
 
     Optional<AppliedPlacement> get(String jobId);
+
+    /** The placements in force, sorted by job id (read-only; for views such as the GUI overlay). */
+    List<AppliedPlacement> placements();
 
     /** Deletes the job's entries and frees its number; false when there was no such job. */
     boolean remove(String jobId);

@@ -1,6 +1,8 @@
 package org.innetagg.onos.aggregation;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import org.junit.Before;
 import org.junit.Test;
 import org.onosproject.net.flow.FlowRule;
@@ -11,6 +13,7 @@ import org.onosproject.net.pi.runtime.PiActionParam;
 import org.onosproject.net.pi.runtime.PiExactFieldMatch;
 
 import java.io.InputStream;
+import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 
@@ -36,6 +39,21 @@ public class AggregationManagerTest {
         try (InputStream in = AggregationManagerTest.class.getResourceAsStream("/placements/" + name)) {
             return JobPlacement.decode(job, new ObjectMapper().readTree(in));
         }
+    }
+
+    /** valid.json as job {@code job}, its pools moved up by {@code shift} slots (so jobs do not overlap). */
+    static JobPlacement validAs(String job, int shift) throws Exception {
+        ObjectNode doc;
+        try (InputStream in = AggregationManagerTest.class.getResourceAsStream("/placements/valid.json")) {
+            doc = (ObjectNode) new ObjectMapper().readTree(in);
+        }
+        ObjectNode j = (ObjectNode) doc.get("jobs").get(0);
+        j.put("job_id", job);
+        for (JsonNode agg : j.get("aggregators")) {
+            ObjectNode pool = (ObjectNode) agg.get("pool");
+            pool.put("base", pool.get("base").asInt() + shift);
+        }
+        return JobPlacement.decode(job, doc);
     }
 
     @Before
@@ -87,6 +105,36 @@ public class AggregationManagerTest {
         }
         manager.remove("resnet-a");
         assertEquals(0, manager.apply(fixture("bert-b", "overlapping-job.json")).p4JobId);
+    }
+
+    @Test
+    public void placementsAreTheJobsInForceSortedById() throws Exception {
+        assertEquals(List.of(), manager.placements());
+        manager.apply(validAs("zeta", 0));
+        manager.apply(validAs("alpha", 256));
+        manager.apply(validAs("mid", 512));
+        assertEquals(List.of("alpha", "mid", "zeta"), jobIds(manager.placements()));
+        assertEquals(2, manager.placements().get(1).p4JobId);
+        manager.remove("mid");
+        assertEquals(List.of("alpha", "zeta"), jobIds(manager.placements()));
+    }
+
+    @Test
+    public void placementsIsASnapshotNotALiveView() throws Exception {
+        manager.apply(validAs("alpha", 0));
+        List<AppliedPlacement> before = manager.placements();
+        manager.apply(validAs("beta", 256));
+        assertEquals(List.of("alpha"), jobIds(before));
+        try {
+            before.clear();
+            throw new AssertionError("placements() is modifiable");
+        } catch (UnsupportedOperationException expected) {
+            assertEquals(2, manager.placements().size());
+        }
+    }
+
+    private static List<String> jobIds(List<AppliedPlacement> placements) {
+        return placements.stream().map(a -> a.placement.jobId).collect(Collectors.toList());
     }
 
     @Test
