@@ -74,9 +74,7 @@ public class AggregationTopoMessageHandler extends UiMessageHandler {
     protected Collection<RequestHandler> createRequestHandlers() {
         return List.of(
                 new Handler(START, p -> {
-                    if (selected == null || aggregation.get(selected).isEmpty()) {
-                        selected = jobIds().stream().findFirst().orElse(null);
-                    }
+                    keepSelectionElseFirst();
                     send(true, null);
                 }),
                 new Handler(STOP, p -> {
@@ -84,9 +82,7 @@ public class AggregationTopoMessageHandler extends UiMessageHandler {
                     send(true, null);
                 }),
                 new Handler(SHOW, p -> {
-                    if (selected == null || aggregation.get(selected).isEmpty()) {
-                        selected = jobIds().stream().findFirst().orElse(null);
-                    }
+                    keepSelectionElseFirst();
                     send(true, selected == null ? "no jobs are placed" : null);
                 }),
                 new Handler(SELECT, p -> {
@@ -108,6 +104,12 @@ public class AggregationTopoMessageHandler extends UiMessageHandler {
                 }),
                 new Handler(REFRESH, p -> send(false, null))
         );
+    }
+
+    private void keepSelectionElseFirst() {
+        if (selected == null || aggregation.get(selected).isEmpty()) {
+            selected = jobIds().stream().findFirst().orElse(null);
+        }
     }
 
     /** Selects the job after (or before) the selected one in job id order, wrapping around. */
