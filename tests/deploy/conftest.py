@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from functools import cache
@@ -137,3 +138,28 @@ def influx() -> Iterator[InfluxServer]:
     srv.start()
     yield srv
     srv.stop(remove=True)
+
+
+def _first_line(r: subprocess.CompletedProcess[str]) -> str:
+    return (r.stderr or r.stdout).strip().splitlines()[0] if (r.stderr or r.stdout).strip() else ""
+
+
+@cache
+def docker_missing(need: str) -> str | None:
+    """Why `need` ("compose": the compose plugin; "engine": a daemon with buildx) cannot be
+    used here, or None. These tests add Docker's own verdict where Docker runs."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return "no docker client on PATH"
+    probes = {
+        "compose": [[docker, "compose", "version"]],
+        "engine": [
+            [docker, "info", "--format", "{{.ServerVersion}}"],
+            [docker, "buildx", "version"],
+        ],
+    }
+    for argv in probes[need]:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            return f"`{' '.join(argv[1:3])}` fails here ({_first_line(r)})"
+    return None

@@ -4,13 +4,15 @@ validates with and without profiles, variables interpolate, and the stack hangs 
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import COMPOSE_FILE, PROFILES, REPO, ComposeError, load_compose
+from .conftest import COMPOSE_FILE, PROFILES, REPO, ComposeError, docker_missing, load_compose
 
 DEFAULT_SERVICES = {"influxdb", "onos", "onos-app", "int-collector", "optimizer", "grafana"}
 PROFILE_SERVICES = {
@@ -171,3 +173,23 @@ def test_influxdb_first_start_values_are_ones_its_setup_accepts(model: dict[str,
     assert len(init["DOCKER_INFLUXDB_INIT_PASSWORD"]) >= 8  # `influx setup` refuses shorter
     assert re.fullmatch(r"\d+[hdw]", init["DOCKER_INFLUXDB_INIT_RETENTION"])
     assert init["DOCKER_INFLUXDB_INIT_MODE"] == "setup"
+
+
+def test_docker_compose_itself_reads_the_same_stack(model: dict[str, Any], tmp_path: Path) -> None:
+    why = docker_missing("compose")
+    if why:
+        pytest.skip(f"docker compose not available: {why}; compose-go checked the file instead")
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    r = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE_FILE), "--env-file", str(empty), "--profile", "*",
+         "config", "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    theirs = json.loads(r.stdout)["services"]
+    assert set(theirs) == set(model["services"])
+    for name, svc in theirs.items():
+        ports = {(p["target"], p.get("published"), p.get("protocol")) for p in svc.get("ports", [])}
+        ours = model["services"][name].get("ports", [])
+        assert ports == {(p["target"], p["published"], p["protocol"]) for p in ours}, name

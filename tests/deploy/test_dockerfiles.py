@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from .conftest import REPO, dockerfile, ignored
+from .conftest import REPO, docker_missing, dockerfile, ignored
 
 PYTHON_IMAGES = {  # Dockerfile -> the workspace member it packages
     "optimizer-service/Dockerfile": "optimizer-service",
@@ -232,3 +232,15 @@ def test_onos_app_image_ships_the_oar_maven_names_and_the_setup_tool(model: dict
     assert final_cmd(df, "entrypoint")[-1] == tool["dest"]
     assert final_cmd(df, "cmd") == ["install", oar["dest"]]
     assert model["services"]["onos-app"]["command"] == ["install", oar["dest"]]
+
+
+@pytest.mark.parametrize("path", ALL)
+def test_buildkit_checks_each_dockerfile_where_an_engine_runs(path: str) -> None:
+    why = docker_missing("engine")
+    if why:
+        pytest.skip(f"no Docker engine to build with: {why}; BuildKit's parser checked it instead")
+    r = subprocess.run(
+        ["docker", "buildx", "build", "--check", "-f", str(REPO / path), str(REPO)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
