@@ -2,7 +2,8 @@
 UV ?= uv
 RUN := $(UV) run --frozen
 
-.PHONY: all sync lint test demo bench-solve clean influxdb bench-collector onos p4 onos-app onos-app-test
+.PHONY: all sync lint test demo bench-solve clean influxdb bench-collector onos p4 onos-app onos-app-test \
+	compose-check
 
 all: test
 
@@ -13,7 +14,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 
-test: lint influxdb onos onos-app-test
+test: lint influxdb onos onos-app-test compose-check
 	$(RUN) pytest
 
 demo: sync
@@ -81,3 +82,16 @@ onos-app:
 
 onos-app-test:
 	cd onos-app && $(MVN) -B -q $(MVN_FLAGS) test
+
+# tests/deploy's checker of docker-compose.yml and the Dockerfiles (tests/deploy/composecheck:
+# compose-go and BuildKit's Dockerfile parser, the libraries docker compose itself uses; there
+# is no Docker engine to ask here). Built once from the Go module proxy into the cache outside
+# the repository, under a name keyed by its sources, so an edit rebuilds it.
+COMPOSECHECK_SRC := $(addprefix tests/deploy/composecheck/,go.mod go.sum main.go)
+COMPOSECHECK_KEY := $(shell cat $(COMPOSECHECK_SRC) | sha256sum | cut -c1-12)
+export INNET_AGG_COMPOSECHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-agg/composecheck-$(COMPOSECHECK_KEY)/composecheck
+
+compose-check: $(INNET_AGG_COMPOSECHECK)
+
+$(INNET_AGG_COMPOSECHECK): $(COMPOSECHECK_SRC)
+	cd tests/deploy/composecheck && GOWORK=off go build -mod=readonly -buildvcs=false -trimpath -o $@ .

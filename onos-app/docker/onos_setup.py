@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""One-shot set-up of ONOS for docker-compose.yml (docs/deploy.md); the onos-setup image's
+entrypoint.
+
+    onos-setup install OAR [--reinstall]
+        wait for ONOS, activate the apps the .oar requires, install and activate the .oar
+        (unless that version is already active), wait until ONOS says ACTIVE
+    onos-setup null-fabric SHAPE
+        ONOS's null providers simulate a fabric, e.g. spineleaf,2,3,2 (spines, leaves,
+        hosts per leaf); wait until its hosts are known
+    onos-setup netcfg DIR --grpc-host HOST [--pipeconf ID]
+        push the netcfg files p4mn writes for its bmv2 switches (DIR/bmv2-*-netcfg.json),
+        with their P4Runtime address pointing at HOST instead of localhost
+
+Environment: ONOS_URL (default http://onos:8181/onos/v1), ONOS_USER, ONOS_PASSWORD
+(onos/rocks), ONOS_WAIT_S (how long to wait for ONOS and its apps, 600), ONOS_POLL_S (3).
+Exit status 0 when done, 1 with one line saying what failed (compose shows it, and services
+that depend on this one with `service_completed_successfully` do not start).
+
+Standard library only: the image is the plain Python base image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+NULL_APP = "org.onosproject.null"
+NULL_CONFIG = "/configuration/org.onosproject.provider.nil.NullProviders"
+
+
+class SetupError(Exception):
+    """Something ONOS or the input did not do; one line."""
+
+
+class Onos:
+    def __init__(self, url: str, user: str, password: str, wait_s: float, poll_s: float) -> None:
+        self.url = url.rstrip("/")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.auth = f"Basic {token}"
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+
+    def call(
+        self, method: str, path: str, body: bytes | None = None, ctype: str | None = None
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON or None); status 0 when ONOS does not answer."""
+        req = urllib.request.Request(self.url + path, data=body, method=method)
+        req.add_header("Authorization", self.auth)
+        req.add_header("Accept", "application/json")
+        if ctype:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        except (urllib.error.URLError, OSError):
+            return 0, None
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, None
+
+    def ok(
+        self, method: str, path: str, body: bytes | None = None, ctype: str | None = None
+    ) -> Any:
+        status, doc = self.call(method, path, body, ctype)
+        if not 200 <= status < 300:
+            detail = (doc or {}).get("message", "") if isinstance(doc, dict) else ""
+            said = f"HTTP {status}" if status else "no answer"
+            raise SetupError(f"{method} {path}: {said}{': ' + detail if detail else ''}")
+        return doc
+
+    def wait(self, what: str, check: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while not check():
+            if time.monotonic() > deadline:
+                raise SetupError(f"gave up after {self.wait_s:g} s waiting for {what}")
+            time.sleep(self.poll_s)
+
+    def app(self, name: str) -> dict[str, Any] | None:
+        status, doc = self.call("GET", f"/applications/{name}")
+        return doc if status == 200 and isinstance(doc, dict) else None
+
+    def state(self, name: str) -> str | None:
+        return (self.app(name) or {}).get("state")
+
+    def up(self) -> None:
+        # REST answers once Karaf has started the web bundles, well before the apps are.
+        # A 401 may be transient while Karaf starts, so it is only reported on giving up.
+        last = [0]
+
+        def answers() -> bool:
+            last[0] = self.call("GET", "/applications")[0]
+            return last[0] == 200
+
+        try:
+            self.wait(f"ONOS REST at {self.url}", answers)
+        except SetupError as e:
+            said = {0: "no answer", 401: "HTTP 401: check ONOS_USER/ONOS_PASSWORD"}
+            raise SetupError(f"{e} (last: {said.get(last[0], f'HTTP {last[0]}')})") from None
+
+    def activate(self, name: str) -> None:
+        """Activate an app ONOS ships (installed at start, possibly later than REST)."""
+        self.wait(f"ONOS to know {name}", lambda: self.app(name) is not None)
+        if self.state(name) != "ACTIVE":
+            self.ok("POST", f"/applications/{name}/active")
+        self.wait(f"{name} to be ACTIVE", lambda: self.state(name) == "ACTIVE")
+
+
+def oar_metadata(oar: Path) -> tuple[str, str, list[str]]:
+    """(name, version, required apps) from the .oar's app.xml."""
+    try:
+        with zipfile.ZipFile(oar) as z:
+            root = ET.fromstring(z.read("app.xml"))
+    except (OSError, KeyError, zipfile.BadZipFile, ET.ParseError) as e:
+        raise SetupError(f"{oar}: not an ONOS application archive ({e})") from None
+    name, version = root.get("name"), root.get("version")
+    if not name or not version:
+        raise SetupError(f"{oar}: app.xml has no name or version")
+    required = [a.strip() for a in (root.get("apps") or "").split(",") if a.strip()]
+    return name, version, required
+
+
+def install(onos: Onos, oar: Path, reinstall: bool) -> str:
+    name, version, required = oar_metadata(oar)
+    onos.up()
+    for req in required:
+        onos.activate(req)
+    current = onos.app(name)
+    if current is not None:
+        same = current.get("version") == version
+        if same and not reinstall and current.get("state") == "ACTIVE":
+            return f"{name} {version} already active"
+        if same and not reinstall:
+            onos.ok("POST", f"/applications/{name}/active")
+        else:
+            onos.ok("DELETE", f"/applications/{name}")
+            current = None
+    if current is None:
+        onos.ok("POST", "/applications?activate=true", oar.read_bytes(), "application/octet-stream")
+    onos.wait(f"{name} to be ACTIVE", lambda: onos.state(name) == "ACTIVE")
+    return f"{name} {version} installed and active"
+
+
+def expected_hosts(shape: str) -> int:
+    """Hosts the null providers create for a spine-leaf shape (spines, leaves, hosts per leaf)."""
+    parts = shape.split(",")
+    if parts[0] == "spineleaf" and len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+        return int(parts[2]) * int(parts[3])
+    return 1
+
+
+def null_fabric(onos: Onos, shape: str) -> str:
+    onos.up()
+    onos.activate(NULL_APP)
+    body = json.dumps({"topoShape": shape, "enabled": "true"}).encode()
+    onos.ok("POST", NULL_CONFIG, body, "application/json")
+    want = expected_hosts(shape)
+
+    def hosts() -> int:
+        status, doc = onos.call("GET", "/hosts")
+        return len((doc or {}).get("hosts", [])) if status == 200 else 0
+
+    onos.wait(f"{want} simulated hosts", lambda: hosts() >= want)
+    devices = len((onos.ok("GET", "/devices") or {}).get("devices", []))
+    return f"null fabric {shape}: {devices} devices, {hosts()} hosts"
+
+
+def merged_netcfg(files: list[Path], grpc_host: str, pipeconf: str | None) -> dict[str, Any]:
+    """One netcfg document from p4mn's per-switch files, reachable from ONOS's container."""
+    devices: dict[str, Any] = {}
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise SetupError(f"{f}: not a netcfg file ({e})") from None
+        for dev_id, cfg in doc.get("devices", {}).items():
+            basic = cfg.setdefault("basic", {})
+            addr = str(basic.get("managementAddress", ""))
+            if addr.startswith("grpc://localhost:"):
+                basic["managementAddress"] = f"grpc://{grpc_host}:" + addr.split(":", 2)[2]
+            if pipeconf:
+                basic["pipeconf"] = pipeconf
+            devices[dev_id] = cfg
+    return {"devices": devices}
+
+
+def netcfg(
+    onos: Onos, directory: Path, grpc_host: str, pipeconf: str | None, settle_s: float
+) -> str:
+    def files() -> list[Path]:
+        return sorted(directory.glob("bmv2-*-netcfg.json"))
+
+    onos.wait(f"p4mn's netcfg files in {directory}", lambda: bool(files()))
+    # p4mn writes one file per switch as each starts; take them once no new one came for a while.
+    seen, since = files(), time.monotonic()
+    while time.monotonic() - since < settle_s:
+        time.sleep(min(onos.poll_s, settle_s))
+        now = files()
+        if now != seen:
+            seen, since = now, time.monotonic()
+    doc = merged_netcfg(seen, grpc_host, pipeconf)
+    onos.up()
+    onos.ok("POST", "/network/configuration", json.dumps(doc).encode(), "application/json")
+    return f"netcfg pushed for {len(doc['devices'])} devices: {', '.join(sorted(doc['devices']))}"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onos-setup", description="One-shot set-up of ONOS.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("install", help="install and activate an ONOS app (.oar)")
+    i.add_argument("oar", type=Path)
+    i.add_argument("--reinstall", action="store_true", help="even if this version is active")
+    n = sub.add_parser("null-fabric", help="simulated fabric from ONOS's null providers")
+    n.add_argument("shape", help="e.g. spineleaf,2,3,2")
+    c = sub.add_parser("netcfg", help="push p4mn's netcfg files to ONOS")
+    c.add_argument("directory", type=Path)
+    c.add_argument("--grpc-host", required=True, help="host name of the p4mn container")
+    c.add_argument("--pipeconf", help="pipeconf id to set on every device")
+    c.add_argument("--settle-s", type=float, default=5.0, help="quiet time before pushing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    env = os.environ
+    try:
+        onos = Onos(
+            env.get("ONOS_URL", "http://onos:8181/onos/v1"),
+            env.get("ONOS_USER", "onos"),
+            env.get("ONOS_PASSWORD", "rocks"),
+            float(env.get("ONOS_WAIT_S", "600")),
+            float(env.get("ONOS_POLL_S", "3")),
+        )
+        if args.cmd == "install":
+            done = install(onos, args.oar, args.reinstall)
+        elif args.cmd == "null-fabric":
+            done = null_fabric(onos, args.shape)
+        else:
+            done = netcfg(onos, args.directory, args.grpc_host, args.pipeconf, args.settle_s)
+    except (SetupError, ValueError) as e:
+        print(f"onos-setup: error: {e}", file=sys.stderr)
+        return 1
+    print(f"onos-setup: {done}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""onos-app/docker/onos_setup.py, the one-shot ONOS set-up of docker-compose.yml, against a
+stand-in serving the part of ONOS 2.7's REST API it uses (ApplicationsWebResource,
+NullProviders configuration, hosts, devices, network configuration); and the compose file's
+ONOS wiring against the app's sources (pom.xml, the pipeconf id, the P4 CPU port).
+
+Not run here: a real ONOS (its release tarball answers 404 on Maven Central, docs/service.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from .conftest import REPO
+
+SCRIPT = REPO / "onos-app" / "docker" / "onos_setup.py"
+_spec = importlib.util.spec_from_file_location("onos_setup", SCRIPT)
+assert _spec and _spec.loader
+setup = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(setup)
+
+APP = "org.innetagg.app"
+BMV2 = "org.onosproject.drivers.bmv2"
+
+
+def oar(version: str = "0.1.0-SNAPSHOT", requires: str = BMV2) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(
+            "app.xml",
+            f'<?xml version="1.0"?>\n<app name="{APP}" origin="innet-agg" version="{version}"'
+            f' features="innet-agg-onos" apps="{requires}"><description>x</description></app>',
+        )
+        z.writestr("m2/org/innetagg/x.jar", b"jar")
+    return buf.getvalue()
+
+
+class StandIn:
+    """ONOS's REST as far as onos_setup uses it; answers 503 for the first `starting` calls
+    (Karaf still starting), checks basic auth like ONOS (401)."""
+
+    def __init__(self, starting: int = 0) -> None:
+        self.apps: dict[str, dict[str, Any]] = {
+            BMV2: {"name": BMV2, "version": "2.7.0", "state": "INSTALLED"},
+            setup.NULL_APP: {"name": setup.NULL_APP, "version": "2.7.0", "state": "INSTALLED"},
+        }
+        self.starting = starting
+        self.log: list[tuple[str, str]] = []
+        self.uploads: list[bytes] = []
+        self.null_config: dict[str, Any] | None = None
+        self.netcfg: dict[str, Any] | None = None
+        self.hosts: list[dict[str, str]] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, code: int, doc: Any = None) -> None:
+                body = json.dumps(doc).encode() if doc is not None else b""
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self, method: str) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                u = urlsplit(self.path)
+                stand_in.log.append((method, self.path))
+                if stand_in.starting > 0:
+                    stand_in.starting -= 1
+                    return self._reply(503)
+                if self.headers.get("Authorization") != "Basic b25vczpyb2Nrcw==":  # onos:rocks
+                    return self._reply(401)
+                code, doc = stand_in.route(method, u.path, parse_qs(u.query), body, self.headers)
+                self._reply(code, doc)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_DELETE(self) -> None:
+                self._handle("DELETE")
+
+            def log_message(self, *a: Any) -> None:
+                return
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(
+            target=self.http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/onos/v1"
+
+    def route(self, method: str, path: str, query: dict, body: bytes, headers: Any) -> tuple:
+        p = path.removeprefix("/onos/v1")
+        m = re.fullmatch(r"/applications/([\w.]+)(/active)?", p)
+        if p == "/applications" and method == "GET":
+            return 200, {"applications": list(self.apps.values())}
+        if p == "/applications" and method == "POST":
+            assert headers.get("Content-Type") == "application/octet-stream"
+            self.uploads.append(body)
+            root = ET.fromstring(zipfile.ZipFile(io.BytesIO(body)).read("app.xml"))
+            name, version = root.get("name"), root.get("version")
+            if name in self.apps:  # ONOS refuses to install an installed app
+                return 409, {"code": 409, "message": f"Application {name} already installed"}
+            active = query.get("activate") == ["true"]
+            self.apps[name] = {"name": name, "version": version}
+            self.apps[name]["state"] = "ACTIVE" if active else "INSTALLED"
+            return 200, self.apps[name]
+        if m and method == "GET":
+            app = self.apps.get(m.group(1))
+            return (
+                (200, app) if app else (404, {"code": 404, "message": "Application is not found"})
+            )
+        if m and m.group(2) and method == "POST":
+            self.apps[m.group(1)]["state"] = "ACTIVE"
+            return 200, self.apps[m.group(1)]
+        if m and method == "DELETE":
+            self.apps.pop(m.group(1), None)
+            return 204, None
+        if p == setup.NULL_CONFIG and method == "POST":
+            assert self.apps[setup.NULL_APP]["state"] == "ACTIVE"
+            self.null_config = json.loads(body)
+            _spines, leaves, per_leaf = map(int, self.null_config["topoShape"].split(",")[1:])
+            self.hosts = [{"id": f"00:00:00:00:00:{i:02x}/None"} for i in range(leaves * per_leaf)]
+            return 200, None
+        if p == "/hosts":
+            return 200, {"hosts": self.hosts}
+        if p == "/devices":
+            return 200, {"devices": [{"id": "null:1"}, {"id": "null:2"}]}
+        if p == "/network/configuration" and method == "POST":
+            self.netcfg = json.loads(body)
+            return 200, None
+        return 404, {"code": 404, "message": "not in the stand-in"}
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def onos(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandIn]:
+    srv = StandIn(starting=2)
+    monkeypatch.setenv("ONOS_URL", srv.url)
+    monkeypatch.setenv("ONOS_POLL_S", "0.02")
+    monkeypatch.setenv("ONOS_WAIT_S", "5")
+    monkeypatch.delenv("ONOS_USER", raising=False)
+    monkeypatch.delenv("ONOS_PASSWORD", raising=False)
+    yield srv
+    srv.close()
+
+
+def test_install_waits_for_onos_activates_requirements_then_uploads(
+    onos: StandIn, tmp_path: Path
+) -> None:
+    f = tmp_path / "app.oar"
+    f.write_bytes(oar())
+    env = {"PATH": "/usr/bin:/bin", "ONOS_URL": onos.url, "ONOS_POLL_S": "0.02"}
+    r = subprocess.run(  # as the image runs it
+        [sys.executable, str(SCRIPT), "install", str(f)], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert "installed and active" in r.stdout
+    assert onos.uploads == [f.read_bytes()]
+    assert onos.apps[APP]["state"] == "ACTIVE" and onos.apps[BMV2]["state"] == "ACTIVE"
+    calls = [c for c in onos.log if c[0] == "POST"]
+    assert calls == [("POST", f"/onos/v1/applications/{BMV2}/active"),
+                     ("POST", "/onos/v1/applications?activate=true")]  # fmt: skip
+
+
+def test_install_leaves_an_active_app_of_the_same_version(onos: StandIn, tmp_path: Path) -> None:
+    f = tmp_path / "app.oar"
+    f.write_bytes(oar())
+    assert setup.main(["install", str(f)]) == 0
+    assert setup.main(["install", str(f)]) == 0
+    assert len(onos.uploads) == 1
+    assert not [c for c in onos.log if c[0] == "DELETE"]
+
+
+def test_install_replaces_another_version(onos: StandIn, tmp_path: Path) -> None:
+    old, new = tmp_path / "old.oar", tmp_path / "new.oar"
+    old.write_bytes(oar("0.1.0"))
+    new.write_bytes(oar("0.2.0"))
+    assert setup.main(["install", str(old)]) == 0
+    assert setup.main(["install", str(new)]) == 0
+    assert onos.apps[APP] == {"name": APP, "version": "0.2.0", "state": "ACTIVE"}
+    assert ("DELETE", f"/onos/v1/applications/{APP}") in onos.log
+    assert setup.main(["install", "--reinstall", str(new)]) == 0
+    assert len(onos.uploads) == 3
+
+
+def test_install_fails_in_one_line(
+    onos: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "bad.oar"
+    bad.write_bytes(b"not a zip")
+    assert setup.main(["install", str(bad)]) == 1
+    assert "not an ONOS application archive" in capsys.readouterr().err
+    good = tmp_path / "app.oar"
+    good.write_bytes(oar())
+    monkeypatch.setenv("ONOS_PASSWORD", "wrong")
+    monkeypatch.setenv("ONOS_WAIT_S", "0.3")
+    assert setup.main(["install", str(good)]) == 1
+    assert "check ONOS_USER/ONOS_PASSWORD" in capsys.readouterr().err
+    monkeypatch.setenv("ONOS_URL", "http://127.0.0.1:9/onos/v1")  # nothing listens
+    assert setup.main(["install", str(good)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onos-setup: error: gave up after 0.3 s waiting for ONOS REST")
+    assert err.endswith("(last: no answer)") and "\n" not in err
+
+
+def test_null_fabric_activates_the_null_providers_and_waits_for_hosts(onos: StandIn) -> None:
+    assert setup.main(["null-fabric", "spineleaf,2,3,2"]) == 0
+    assert onos.apps[setup.NULL_APP]["state"] == "ACTIVE"
+    assert onos.null_config == {"topoShape": "spineleaf,2,3,2", "enabled": "true"}
+    assert setup.expected_hosts("spineleaf,2,3,2") == 6
+
+
+def p4mn_netcfg(switch: str, port: int) -> dict[str, Any]:
+    """What p4mn's bmv2.py writes to /tmp/bmv2-<switch>-netcfg.json."""
+    return {
+        "devices": {
+            f"device:bmv2:{switch}": {
+                "basic": {
+                    "managementAddress": f"grpc://localhost:{port}?device_id=1",
+                    "driver": "bmv2",
+                    "pipeconf": "org.onosproject.pipelines.basic",
+                },
+                "ports": {"1": {"number": 1, "name": f"{switch}-eth1", "enabled": True}},
+            }
+        }
+    }
+
+
+def test_netcfg_points_onos_at_the_mininet_container(onos: StandIn, tmp_path: Path) -> None:
+    for i in (1, 2):
+        (tmp_path / f"bmv2-s{i}-netcfg.json").write_text(
+            json.dumps(p4mn_netcfg(f"s{i}", 50000 + i))
+        )
+    (tmp_path / "bmv2-s1-log").write_text("not a netcfg file")
+    argv = ["netcfg", str(tmp_path), "--grpc-host", "mininet", "--pipeconf", "org.innetagg.bmv2"]
+    assert setup.main([*argv, "--settle-s", "0.05"]) == 0
+    devices = onos.netcfg["devices"]
+    assert set(devices) == {"device:bmv2:s1", "device:bmv2:s2"}
+    s2 = devices["device:bmv2:s2"]
+    assert s2["basic"]["managementAddress"] == "grpc://mininet:50002?device_id=1"
+    assert s2["basic"]["pipeconf"] == "org.innetagg.bmv2" and s2["basic"]["driver"] == "bmv2"
+    assert s2["ports"]["1"]["name"] == "s2-eth1"
+
+
+def test_compose_commands_parse_with_the_setup_tool(model: dict[str, Any]) -> None:
+    for name in ("onos-app", "onos-fabric", "onos-netcfg"):
+        setup.parser().parse_args(model["services"][name]["command"])
+
+
+def test_onos_starts_the_apps_ours_requires(model: dict[str, Any]) -> None:
+    pom = (REPO / "onos-app" / "pom.xml").read_text()
+    requires = re.search(r"<onos.app.requires>([^<]*)</onos.app.requires>", pom)
+    assert requires
+    apps = model["services"]["onos"]["environment"]["ONOS_APPS"].split(",")
+    full = {a if a.startswith("org.") else f"org.onosproject.{a}" for a in apps}
+    assert {r.strip() for r in requires.group(1).split(",")} <= full
+    assert "org.onosproject.gui2" in full  # the GUI the mission points users to
+
+
+def test_emulated_fabric_uses_our_pipeconf_and_cpu_port(model: dict[str, Any]) -> None:
+    loader = (
+        REPO / "onos-app/src/main/java/org/innetagg/onos/pipeconf/PipeconfLoader.java"
+    ).read_text()
+    pipeconf = re.search(r'PIPECONF_ID\s*=\s*new PiPipeconfId\("([^"]+)"\)', loader)
+    assert pipeconf
+    args = setup.parser().parse_args(model["services"]["onos-netcfg"]["command"])
+    assert args.pipeconf == pipeconf.group(1)
+    assert args.grpc_host == "mininet" and "mininet" in model["services"]
+    # onos-netcfg reads the directory where the mininet container's /tmp volume is mounted.
+    mn_tmp = {v["source"] for v in model["services"]["mininet"]["volumes"] if v["target"] == "/tmp"}
+    mounts = {v["target"]: v["source"] for v in model["services"]["onos-netcfg"]["volumes"]}
+    assert mn_tmp == {mounts[str(args.directory)]}
+    cmd = model["services"]["mininet"]["command"]
+    switch = cmd[cmd.index("--switch") + 1]
+    cpu = re.search(r"cpuport=(\d+)", switch)
+    defines = (REPO / "p4" / "include" / "defines.p4").read_text()
+    assert cpu and cpu.group(1) == re.search(r"CPU_PORT = (\d+);", defines).group(1)
+    assert model["services"]["mininet"]["privileged"] is True
+
+
+def test_the_built_oar_is_what_the_tool_reads(model: dict[str, Any]) -> None:
+    built = sorted((REPO / "onos-app" / "target").glob("innet-agg-onos-*.oar"))
+    if not built:
+        pytest.skip("no onos-app/target/*.oar: `make onos-app` builds it (JDK 17 and Maven)")
+    name, version, required = setup.oar_metadata(built[-1])
+    pom = (REPO / "onos-app" / "pom.xml").read_text()
+    assert name == re.search(r"<onos.app.name>([^<]+)<", pom).group(1)
+    assert f"<version>{version}</version>" in pom
+    assert required == [re.search(r"<onos.app.requires>([^<]+)<", pom).group(1)]
