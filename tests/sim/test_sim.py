@@ -25,13 +25,15 @@ from agg_optimizer.documents import (
     Topology,
 )
 from agg_optimizer.engine import solve
+from agg_optimizer.examples import MODEL_BYTES
 from agg_optimizer.network import Network
 from agg_optimizer.sim.core import BACKGROUND, Flow, Simulator
+from agg_optimizer.sim.evaluate import markdown, summarise
 from agg_optimizer.sim.fabric import Fabric
 from agg_optimizer.sim.fairshare import max_min_rates
 from agg_optimizer.sim.observe import IntObserver
-from agg_optimizer.sim.scenario import SCENARIOS, Scenario, run
-from agg_optimizer.sim.training import Cluster, components
+from agg_optimizer.sim.scenario import SCENARIOS, RunResult, Scenario, run
+from agg_optimizer.sim.training import Cluster, IterationRecord, components
 
 GBPS = 1e9
 CLI = [sys.executable, "-c", "from agg_optimizer.cli import main; main()"]
@@ -381,3 +383,32 @@ def test_evaluate_writes_table_results_and_plots_and_replots_them(tmp_path):
     )
     assert again.returncode == 0, again.stderr
     assert (out / "summary.md").read_text() == summary
+
+
+def test_the_floor_is_the_uplink_bound_and_no_strategy_beats_it():
+    """Without background, jobs on distinct hosts share no uplink or PS downlink: the floor
+    is exactly the update over one 10 Gb/s link, and every strategy takes at least that."""
+    sc = _tiny(background_load=0.0, hotspots=0, jobs=3, iterations=2)
+    floor = run(sc, "floor", 0)
+    assert len(floor.records) == sc.jobs * sc.iterations
+    for r in floor.records:
+        want = 8 * MODEL_BYTES[r.model] / (sc.link_gbps * 1e9)
+        assert r.cct_s == pytest.approx(want, rel=1e-6), r
+    bound = {(r.job, r.iteration): r.cct_s for r in floor.records}
+    for strategy in ("agg", "sharp", "ps"):
+        for r in run(sc, strategy, 0).records:
+            assert r.cct_s >= bound[(r.job, r.iteration)] * (1 - 1e-9), (strategy, r)
+
+
+def test_the_summary_reports_the_headroom_left_by_the_best_baseline():
+    def result(strategy: str, seed: int, cct: float) -> RunResult:
+        rec = IterationRecord("j", 0, 0.0, cct, 0, 1, "resnet50")
+        return RunResult("s", strategy, seed, [rec], 1.0, 0.1, 1, 1, 0, 1, 0)
+
+    ccts = {"floor": (1.0, 2.0), "agg": (1.2, 2.2), "sharp": (1.5, 2.5), "ps": (3.0, 6.0)}
+    summ = summarise("s", [result(s, k, c[k]) for s, c in ccts.items() for k in (0, 1)])
+    assert summ.best_baseline == "sharp"  # the floor and AGG are not baselines
+    assert summ.headroom_vs_best.mean == pytest.approx(np.mean([1 - 1 / 1.5, 1 - 2 / 2.5]))
+    assert summ.above_floor.mean == pytest.approx(np.mean([0.2, 0.1]))
+    text = markdown(summ, _tiny())
+    assert "network bound" in text and "no strategy can reduce its mean CCT by more" in text

@@ -180,6 +180,7 @@ def evaluate(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from .sim.evaluate import default_processes, load_results, run_all, write_results
+    from .sim.scenario import REFERENCES
 
     if replot:
         src = output / "results.json"
@@ -197,9 +198,10 @@ def evaluate(
     chosen = _scenarios(scenario)
     if strategies:
         names = [s.strip() for s in strategies.split(",") if s.strip()]
-        bad = [n for n in names if n not in STRATEGIES]
+        known = [*STRATEGIES, *REFERENCES]
+        bad = [n for n in names if n not in known]
         if bad:
-            raise UserError(f"strategies: unknown {', '.join(bad)}; one of {', '.join(STRATEGIES)}")
+            raise UserError(f"strategies: unknown {', '.join(bad)}; one of {', '.join(known)}")
         chosen = [sc.model_copy(update={"strategies": names}) for sc in chosen]
     default_seeds = 3 if scenario == "suite" else None
     results = {}

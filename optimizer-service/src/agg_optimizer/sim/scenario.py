@@ -27,6 +27,9 @@ from .training import Cluster, IterationRecord, JobSpec
 # Strategies that read INT re-place their jobs every `replace_every` iterations; the others
 # decide once, when the job arrives (as the systems they stand for do).
 DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp"})
+# Not strategies: references the evaluation reports beside them. "floor" is the network bound
+# of streaming aggregation (training.floor_component): what no placement can beat.
+REFERENCES = ("floor",)
 # GPU compute per iteration (s), so communication overlaps realistic gaps between phases.
 COMPUTE_S = {"resnet50": 0.2, "vgg16": 0.3, "bert-large": 0.5}
 ModelName = Literal["resnet50", "vgg16", "bert-large"]
@@ -69,7 +72,9 @@ class Scenario(BaseModel):
     )
     replace_every: int = Field(2, ge=0, description="Iterations between re-placements; 0: never.")
     switching_penalty_s: float = Field(0.0, ge=0)
-    strategies: list[str] = Field(default_factory=lambda: list(engine.STRATEGIES), min_length=1)
+    strategies: list[str] = Field(
+        default_factory=lambda: [*engine.STRATEGIES, *REFERENCES], min_length=1
+    )
     seeds: int = Field(5, ge=1)
 
     @model_validator(mode="after")
@@ -80,11 +85,10 @@ class Scenario(BaseModel):
             raise ValueError("bg_size_max_bytes: must be larger than bg_size_min_bytes")
         if self.int_window_s < self.int_period_s:
             raise ValueError("int_window_s: must be at least int_period_s")
-        unknown = [s for s in self.strategies if s not in engine.STRATEGIES]
+        known = [*engine.STRATEGIES, *REFERENCES]
+        unknown = [s for s in self.strategies if s not in known]
         if unknown:
-            raise ValueError(
-                f"strategies: unknown {', '.join(unknown)}; one of {', '.join(engine.STRATEGIES)}"
-            )
+            raise ValueError(f"strategies: unknown {', '.join(unknown)}; one of {', '.join(known)}")
         need = self.jobs * (self.workers + 1)
         if need > self.n_hosts:
             raise ValueError(
@@ -207,15 +211,17 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
     for i, s in enumerate(specs):
         s.traffic_class = 1 + i
     sim, observer, bg = world(scenario, fabric, np.random.default_rng(bg_seq), 1 + len(specs))
+    floor = strategy == "floor"
     cluster = Cluster(
         sim,
         observer,
-        lambda inst: engine.solve(inst, strategy, seed=seed),
+        lambda inst: engine.solve(inst, "ps" if floor else strategy, seed=seed),
         slots=scenario.slots,
         pool_slots=scenario.pool_slots,
         replace_every=scenario.replace_every if strategy in DYNAMIC else 0,
         switching_penalty_s=scenario.switching_penalty_s,
         flow_counts=scenario.int_flow_counts,
+        ideal=floor,
     )
     observer.start()
     bg.start()

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..documents import Instance, Job, JobPlacement, Placement, Topology
 from .core import AGGREGATION, Flow, Simulator
+from .fabric import Fabric
 from .observe import IntObserver
 
 Placer = Callable[[Instance], Placement]
@@ -107,8 +108,17 @@ def components(placement: JobPlacement, held: set[str], ps: str) -> list[list[li
     return [groups[a] for a in sorted(groups)] + raw
 
 
+def floor_component(fabric: Fabric, spec: JobSpec) -> list[list[str]]:
+    """The network bound of streaming aggregation: one stream on each worker's uplink and one
+    on the PS's downlink, moving together, as if the fabric between them were infinite and
+    summed for free. No placement does better: every worker sends its whole update over its
+    own uplink, and the PS receives at least one whole sum over its own downlink."""
+    return [[w, fabric.attach[w]] for w in spec.workers] + [[fabric.attach[spec.ps], spec.ps]]
+
+
 class Cluster:
-    """The jobs of one run under one strategy."""
+    """The jobs of one run under one strategy (with `ideal`, the network bound instead:
+    every job moves as `floor_component`, whatever the placement)."""
 
     def __init__(
         self,
@@ -121,8 +131,10 @@ class Cluster:
         replace_every: int = 0,
         switching_penalty_s: float = 0.0,
         flow_counts: bool = True,
+        ideal: bool = False,
     ) -> None:
         self.sim = sim
+        self.ideal = ideal
         self.fabric = sim.fabric
         self.observer = observer
         self.placer = placer
@@ -214,7 +226,11 @@ class Cluster:
 
     def _communicate(self, r: _Running) -> None:
         assert r.placement is not None
-        comps = components(r.placement, r.held, r.spec.ps)
+        comps = (
+            [floor_component(self.fabric, r.spec)]
+            if self.ideal
+            else components(r.placement, r.held, r.spec.ps)
+        )
         r.outstanding = len(comps)
         r.comm_start = self.sim.t
         r.aggs_now = len(r.held)
