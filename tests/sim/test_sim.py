@@ -412,3 +412,15 @@ def test_the_summary_reports_the_headroom_left_by_the_best_baseline():
     assert summ.above_floor.mean == pytest.approx(np.mean([0.2, 0.1]))
     text = markdown(summ, _tiny())
     assert "network bound" in text and "no strategy can reduce its mean CCT by more" in text
+
+
+def test_a_probe_sees_every_advance_with_the_flows_moving_then():
+    seen = {"dt": 0.0, "job_streams": 0}
+
+    def probe(sim: Simulator, dt: float) -> None:
+        seen["dt"] += dt
+        seen["job_streams"] += sum(1 for cls, rate, _l, _m in sim.alive() if cls and rate > 0)
+
+    res = run(_tiny(iterations=1), "agg", 0, probe=probe)
+    assert seen["dt"] == pytest.approx(res.sim_time_s)
+    assert seen["job_streams"] > 0

@@ -62,6 +62,8 @@ class Simulator:
         self.link_rate = np.zeros((n_classes, fabric.n_links))  # bit/s now, per class
         self.rate_solves = 0
         self.events_run = 0
+        # Called with (self, dt) before every advance: rates are constant over dt (analysis).
+        self.probe: Callable[[Simulator, float], None] | None = None
 
     # -- flows ------------------------------------------------------------------------------
 
@@ -108,6 +110,18 @@ class Simulator:
         if self._dirty:
             self._solve()
         return float(self._rate[slot]) if self._flows[slot] is flow else 0.0
+
+    def alive(self) -> list[tuple[int, float, np.ndarray, np.ndarray]]:
+        """(class, rate in bit/s, links, streams per link) of every flow moving now."""
+        return [
+            (
+                int(self._cls[i]),
+                float(self._rate[i]),
+                self._links[i, : self._width[i]],
+                self._mult[i, : self._width[i]],
+            )
+            for i in np.flatnonzero(self._alive)
+        ]
 
     def stream_counts(self) -> np.ndarray:
         """Streams crossing each link now, per class (a component counts each of its
@@ -187,6 +201,8 @@ class Simulator:
     def _advance(self, dt: float) -> None:
         if dt <= 0:
             return
+        if self.probe is not None:
+            self.probe(self, dt)
         self._rem -= self._rate * dt / 8.0
         self.link_bytes += self.link_rate * dt / 8.0
         self.t += dt

@@ -9,6 +9,7 @@ flows (common random numbers: differences between strategies are not noise betwe
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -201,8 +202,14 @@ def world(
     return sim, observer, bg
 
 
-def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
-    """Simulate every job of `scenario` to its last iteration under `strategy`."""
+def run(
+    scenario: Scenario,
+    strategy: str,
+    seed: int,
+    probe: Callable[[Simulator, float], None] | None = None,
+) -> RunResult:
+    """Simulate every job of `scenario` to its last iteration under `strategy` (`probe`:
+    see `Simulator.probe`)."""
     t0 = time.perf_counter()
     root = np.random.SeedSequence([seed, 0xA66])
     job_seq, bg_seq = root.spawn(2)
@@ -211,6 +218,7 @@ def run(scenario: Scenario, strategy: str, seed: int) -> RunResult:
     for i, s in enumerate(specs):
         s.traffic_class = 1 + i
     sim, observer, bg = world(scenario, fabric, np.random.default_rng(bg_seq), 1 + len(specs))
+    sim.probe = probe
     floor = strategy == "floor"
     cluster = Cluster(
         sim,
