@@ -6,8 +6,9 @@
 For every moment of every run, each job stream (a coupled component) is bound at the links
 where its max-min share is set: links that are full and where no other flow moves faster.
 The time each stream spends bound is split by the kind of binding link: a worker's uplink or
-the PS's downlink ("access"), or a switch-to-switch link carrying only background
-("fabric, background"), or also another job ("fabric, other job"). Prints mean CCT per
+the PS's downlink ("access"); a switch-to-switch link that another job's streams cross too
+("fabric, other job"), else one that background crosses ("fabric, background"), else one
+where only the job's own unsummed streams meet ("fabric, own streams"). Prints mean CCT per
 strategy over the seeds and those shares, as a table.
 """
 
@@ -24,7 +25,7 @@ from agg_optimizer import network
 from agg_optimizer.sim.core import BACKGROUND, Simulator
 from agg_optimizer.sim.scenario import SCENARIOS, run
 
-KINDS = ("access", "fabric, background", "fabric, other job", "not full")
+KINDS = ("access", "fabric, other job", "fabric, background", "fabric, own streams", "not full")
 
 
 class Binding:
@@ -61,9 +62,12 @@ class Binding:
                 out["not full"] += 1
             elif self._access[bound].any():
                 out["access"] += 1
-            else:
-                jobs = sim.link_rate[1:, bound].sum(axis=0) - sim.link_rate[cls, bound]
-                out["fabric, other job" if (jobs > 1.0).any() else "fabric, background"] += 1
+            elif ((sim.link_rate[1:, bound].sum(axis=0) - sim.link_rate[cls, bound]) > 1.0).any():
+                out["fabric, other job"] += 1
+            elif (sim.link_rate[BACKGROUND, bound] > 1.0).any():
+                out["fabric, background"] += 1
+            else:  # several of the job's own unsummed streams share the link
+                out["fabric, own streams"] += 1
         return out
 
 

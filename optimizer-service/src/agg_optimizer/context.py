@@ -20,6 +20,8 @@ SHARED_ROUTING_MAX_JOBS = 64
 class Context:
     instance: Instance
     seed: int = 0
+    # job id -> {(u, v): factor}: link u->v looks `factor` times slower to that job's routing
+    route_penalty: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     net: Network = field(init=False)
 
     def __post_init__(self) -> None:
@@ -40,7 +42,7 @@ class Context:
         if not self.jobs:
             return [], np.zeros((0, len(self.net.switch_ids)), dtype=np.int64), []
         if len(self.jobs) <= SHARED_ROUTING_MAX_JOBS:
-            pred = self.net.next_hops_shared(self.jobs)
+            pred = self.net.next_hops_shared(self.jobs, self.route_penalty)
             return [self.net.attach[j.ps] for j in self.jobs], pred, list(range(len(self.jobs)))
         roots = sorted({self.net.attach[j.ps] for j in self.jobs})
         by_root = self.net.next_hops(roots, int_aware=True)

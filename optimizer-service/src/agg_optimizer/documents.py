@@ -143,6 +143,7 @@ class SolverStats(_Doc):
     solve_s: float = 0.0
     total_s: float = 0.0
     iterations: int = 0
+    reroutes: int = Field(0, description="Re-routing rounds AGG kept (engine.REROUTE_ROUNDS)")
     objective: float | None = None
     max_integrality_gap: float = 0.0
     columns: int = 0

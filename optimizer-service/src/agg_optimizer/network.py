@@ -21,6 +21,7 @@ the last edge. The predicted CCT reported to users is the bottleneck form:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,13 +171,16 @@ class Network:
         _, pred = dijkstra(gt, directed=True, indices=idx, return_predecessors=True)
         return {r: pred[row] for row, r in enumerate(roots)}
 
-    def next_hops_shared(self, jobs: list[Job]) -> np.ndarray:
+    def next_hops_shared(
+        self, jobs: list[Job], penalty: Mapping[str, Mapping[tuple[str, str], float]] | None = None
+    ) -> np.ndarray:
         """INT-aware routes, one row per job, each job seeing the jobs routed before it.
 
         Routing every job on the same INT weights sends them all over the same least-loaded
         links, which then carry all of them. Here a link already carrying n of these jobs'
         trees counts as offering 1/(n+1) of its residual rate to the next job, so jobs
-        placed together spread over the fabric as they will share it.
+        placed together spread over the fabric as they will share it. `penalty[job][(u, v)]`
+        multiplies the transfer time of link u->v for that job (re-routing, `engine`).
         """
         src, dst = self._switch_edges()
         ids = self.switch_ids
@@ -189,7 +193,10 @@ class Network:
         rows = np.empty((len(jobs), len(self.switch_ids)), dtype=np.int64)
         for j, job in enumerate(jobs):
             root = self.sw_index[self.attach[job.ps]]
-            gt = self._graph_t(delay + self._bend(transfer * (1.0 + count), cap))
+            extra = np.ones(len(src))
+            for (u, v), factor in (penalty or {}).get(job.id, {}).items():
+                extra[edge_of[(self.sw_index[u], self.sw_index[v])]] *= factor
+            gt = self._graph_t(delay + self._bend(transfer * (1.0 + count) * extra, cap))
             _, pred = dijkstra(gt, directed=True, indices=[root], return_predecessors=True)
             rows[j] = pred[0]
             seen: set[int] = set()
