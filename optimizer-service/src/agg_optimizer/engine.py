@@ -98,7 +98,11 @@ STRATEGIES: dict[str, Callable[[Context], tuple[Decision, SolverStats, dict[str,
     "random": _heuristic(baselines.random_k, False),
     "greedy": _heuristic(baselines.int_greedy, True),
     "milp": _rerouted(exact.place_exact),
+    # Ablation, not a published strategy: INT-greedy with AGG's re-routing, to tell what the
+    # LP adds over the re-routing (docs/evaluation.md). Not in the scenarios' default set.
+    "greedy-rr": _rerouted(lambda ctx: (baselines.int_greedy(ctx), SolverStats(path="heuristic"))),
 }
+ABLATIONS = ("greedy-rr",)
 
 
 def build_placement(

@@ -29,9 +29,10 @@ from .training import IterationRecord
 
 OURS = "agg"
 FLOOR = "floor"
-NOT_BASELINES = frozenset({"agg", "milp", FLOOR})
+NOT_BASELINES = frozenset({"agg", "milp", FLOOR, "greedy-rr"})
 LABELS = {
     "milp": "oracle of AGG's surrogate, not a baseline",
+    "greedy-rr": "ablation: INT-greedy with AGG's re-routing, not a baseline",
     FLOOR: "network bound: no placement does better",
 }
 

@@ -27,7 +27,7 @@ from .training import Cluster, IterationRecord, JobSpec
 
 # Strategies that read INT re-place their jobs every `replace_every` iterations; the others
 # decide once, when the job arrives (as the systems they stand for do).
-DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp"})
+DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp", "greedy-rr"})
 # Not strategies: references the evaluation reports beside them. "floor" is the network bound
 # of streaming aggregation (training.floor_component): what no placement can beat.
 REFERENCES = ("floor",)
@@ -74,7 +74,11 @@ class Scenario(BaseModel):
     replace_every: int = Field(2, ge=0, description="Iterations between re-placements; 0: never.")
     switching_penalty_s: float = Field(0.0, ge=0)
     strategies: list[str] = Field(
-        default_factory=lambda: [*engine.STRATEGIES, *REFERENCES], min_length=1
+        default_factory=lambda: [
+            *(s for s in engine.STRATEGIES if s not in engine.ABLATIONS),
+            *REFERENCES,
+        ],
+        min_length=1,
     )
     seeds: int = Field(5, ge=1)
 
