@@ -7,6 +7,12 @@ import org.onosproject.net.DeviceId;
 import org.onosproject.net.config.NetworkConfigService;
 import org.onosproject.net.config.basics.DeviceAnnotationConfig;
 import org.onosproject.net.device.DeviceService;
+import org.onosproject.store.serializers.KryoNamespaces;
+import org.onosproject.store.service.ConsistentMap;
+import org.onosproject.store.service.Serializer;
+import org.onosproject.store.service.StorageService;
+import org.onosproject.store.service.Versioned;
+import org.osgi.service.component.annotations.Activate;
 import org.osgi.service.component.annotations.Component;
 import org.osgi.service.component.annotations.Reference;
 import org.osgi.service.component.annotations.ReferenceCardinality;
@@ -19,8 +25,10 @@ import java.util.Optional;
 
 /**
  * Gives out INT node IDs and publishes them as the {@value IntSwitchIdService#ANNOTATION}
- * device annotation through ONOS's network configuration (key {@code annotations}), which
- * ONOS keeps in its distributed store: a restart of this app finds its earlier numbers there.
+ * device annotation through ONOS's network configuration (key {@code annotations}). Who owns
+ * which number is a consistent map in ONOS's distributed store: taking a number is one
+ * {@code putIfAbsent}, so two instances of a cluster never give out the same one, and a
+ * restart of this app finds its earlier numbers there.
  *
  * <p>Why not derive the number from the device: a bmv2 device's P4Runtime {@code device_id}
  * is 1 on every switch that has its own gRPC server, and device names carry no number.
@@ -36,15 +44,31 @@ public class IntSwitchIdManager implements IntSwitchIdService {
     @Reference(cardinality = ReferenceCardinality.MANDATORY)
     public NetworkConfigService netcfgService;
 
-    private final Map<DeviceId, Integer> given = new HashMap<>();
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    public StorageService storageService;
+
+    /** Node ID -> the device that owns it, cluster-wide. */
+    private ConsistentMap<Integer, DeviceId> owners;
+
+    @Activate
+    public void activate() {
+        owners = storageService.<Integer, DeviceId>consistentMapBuilder()
+                .withName("innet-agg-int-switch-ids")
+                .withSerializer(Serializer.using(KryoNamespaces.API))
+                .build();
+    }
 
     @Override
     public synchronized int switchId(DeviceId deviceId) {
+        Map<DeviceId, Integer> held = switchIds();
+        if (held.containsKey(deviceId)) {
+            return held.get(deviceId);
+        }
         Map<DeviceId, Integer> claimed = claimed();
         Integer own = claimed.get(deviceId);
         if (own != null && claimed.entrySet().stream()
-                .noneMatch(e -> !e.getKey().equals(deviceId) && e.getValue().equals(own))) {
-            given.put(deviceId, own);
+                .noneMatch(e -> !e.getKey().equals(deviceId) && e.getValue().equals(own))
+                && take(own, deviceId)) {
             return own;
         }
         if (own != null) {
@@ -52,23 +76,30 @@ public class IntSwitchIdManager implements IntSwitchIdService {
                     deviceId, ANNOTATION, own);
         }
         int id = 1;
-        while (claimed.containsValue(id)) {
+        while (claimed.containsValue(id) || !take(id, deviceId)) {
             id++;
         }
-        given.put(deviceId, id);
         publish(deviceId, id);
         log.info("{}: INT node ID {}", deviceId, id);
         return id;
     }
 
-    @Override
-    public synchronized Map<DeviceId, Integer> switchIds() {
-        return Map.copyOf(given);
+    /** Atomically, cluster-wide: true when `id` is now (or already was) the device's. */
+    private boolean take(int id, DeviceId deviceId) {
+        Versioned<DeviceId> before = owners.putIfAbsent(id, deviceId);
+        return before == null || before.value().equals(deviceId);
     }
 
-    /** Numbers in use: given out here, annotated on a device, or set in netcfg not yet applied. */
+    @Override
+    public Map<DeviceId, Integer> switchIds() {
+        Map<DeviceId, Integer> out = new HashMap<>();
+        owners.entrySet().forEach(e -> out.put(e.getValue().value(), e.getKey()));
+        return Map.copyOf(out);
+    }
+
+    /** Numbers in use: owned in the map, annotated on a device, or set in netcfg not yet applied. */
     private Map<DeviceId, Integer> claimed() {
-        Map<DeviceId, Integer> out = new HashMap<>(given);
+        Map<DeviceId, Integer> out = new HashMap<>(switchIds());
         for (Device d : deviceService.getDevices()) {
             parse(d.annotations().value(ANNOTATION)).ifPresent(n -> out.put(d.id(), n));
         }

@@ -186,6 +186,8 @@ public class IntProgrammableImplTest {
         IntSwitchIdManager ids = new IntSwitchIdManager();
         ids.deviceService = deviceService;
         ids.netcfgService = netcfg;
+        ids.storageService = new org.onosproject.store.service.TestStorageService();
+        ids.activate();
         services.put(CoreService.class, new CoreServiceAdapter() {
             @Override
             public ApplicationId getAppId(String name) {

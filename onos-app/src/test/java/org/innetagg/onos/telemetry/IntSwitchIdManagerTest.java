@@ -10,9 +10,16 @@ import org.onosproject.net.Device;
 import org.onosproject.net.DeviceId;
 import org.onosproject.net.device.DeviceServiceAdapter;
 import org.onosproject.net.provider.ProviderId;
+import org.onosproject.store.service.ConsistentMap;
+import org.onosproject.store.service.ConsistentMapBuilder;
+import org.onosproject.store.service.StorageService;
+import org.onosproject.store.service.TestConsistentMap;
+import org.onosproject.store.service.TestStorageService;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertNotEquals;
@@ -34,8 +41,8 @@ public class IntSwitchIdManagerTest {
                 DefaultAnnotations.builder().putAll(pairs(annotations)).build()));
     }
 
-    private static java.util.Map<String, String> pairs(String... kv) {
-        java.util.Map<String, String> m = new java.util.HashMap<>();
+    private static Map<String, String> pairs(String... kv) {
+        Map<String, String> m = new HashMap<>();
         for (int i = 0; i < kv.length; i += 2) {
             m.put(kv[i], kv[i + 1]);
         }
@@ -45,14 +52,51 @@ public class IntSwitchIdManagerTest {
     @Before
     public void setUp() {
         netcfg = new InMemoryNetworkConfig();
-        ids = new IntSwitchIdManager();
-        ids.netcfgService = netcfg;
-        ids.deviceService = new DeviceServiceAdapter() {
+        ids = manager(netcfg, new SharedStorage());
+    }
+
+    private IntSwitchIdManager manager(InMemoryNetworkConfig cfg, StorageService storage) {
+        IntSwitchIdManager m = new IntSwitchIdManager();
+        m.netcfgService = cfg;
+        m.storageService = storage;
+        m.deviceService = new DeviceServiceAdapter() {
             @Override
             public Iterable<Device> getDevices() {
                 return List.copyOf(devices);
             }
         };
+        m.activate();
+        return m;
+    }
+
+    /** ONOS's test storage, but maps of one name are one map, as in a cluster's store. */
+    static final class SharedStorage extends TestStorageService {
+        private final Map<String, ConsistentMap<?, ?>> maps = new HashMap<>();
+
+        @Override
+        @SuppressWarnings("unchecked")
+        public <K, V> ConsistentMapBuilder<K, V> consistentMapBuilder() {
+            return new TestConsistentMap.Builder<K, V>() {
+                @Override
+                public ConsistentMap<K, V> build() {
+                    return (ConsistentMap<K, V>) maps.computeIfAbsent(name(), n -> super.build());
+                }
+            };
+        }
+    }
+
+    @Test
+    public void twoInstancesOfAClusterNeverGiveOutOneNumberTwice() {
+        device(S1);
+        device(S2);
+        SharedStorage store = new SharedStorage();
+        // Each instance's netcfg view lags: the published annotations have not arrived yet.
+        IntSwitchIdManager a = manager(new InMemoryNetworkConfig(), store);
+        IntSwitchIdManager b = manager(new InMemoryNetworkConfig(), store);
+        assertEquals(1, a.switchId(S1));
+        assertEquals(2, b.switchId(S2));
+        assertEquals(1, b.switchId(S1));  // the number the other instance gave
+        assertEquals(Map.of(S1, 1, S2, 2), a.switchIds());
     }
 
     @Test
