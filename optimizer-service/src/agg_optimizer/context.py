@@ -3,7 +3,7 @@ and a ledger of aggregator slots."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -22,10 +22,16 @@ class Context:
     seed: int = 0
     # job id -> {(u, v): factor}: link u->v looks `factor` times slower to that job's routing
     route_penalty: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    compiled: InitVar[Network | None] = None  # the instance's network, when already built
     net: Network = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.net = Network.from_instance(self.instance)
+    def __post_init__(self, compiled: Network | None) -> None:
+        self.net = compiled if compiled is not None else Network.from_instance(self.instance)
+
+    def rerouted(self, penalty: dict[str, dict[tuple[str, str], float]]) -> Context:
+        """The same instance and compiled network, routed with `penalty` instead (the
+        network's link data do not depend on routing; the trees are built anew)."""
+        return Context(self.instance, self.seed, penalty, self.net)
 
     @property
     def jobs(self) -> list[Job]:

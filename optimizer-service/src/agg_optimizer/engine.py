@@ -19,25 +19,22 @@ Decision = dict[str, set[str]]
 REROUTE_ROUNDS = 4
 
 
-def _bottleneck_score(ctx: Context, aggs: Decision) -> float:
-    """Weighted predicted CCT: each job moves at the pace of its slowest link, where the
-    streams that are not summed before it share it (`network.evaluate`'s `cct`)."""
-    trees = ctx.int_trees
-    return sum(j.weight * evaluate(trees[j.id], aggs.get(j.id, set())).cct for j in ctx.jobs)
-
-
-def _funnels(ctx: Context, aggs: Decision) -> dict[str, tuple[str, str, int]]:
-    """Per job, the switch-to-switch link that sets its predicted CCT when several of its
-    unsummed streams share it: (from, to, streams)."""
-    out = {}
+def _judge(ctx: Context, aggs: Decision) -> tuple[float, dict[str, tuple[str, str, int]]]:
+    """The jobs' weighted predicted CCT (each job moves at the pace of its slowest link, where
+    the streams not summed before it share it: `network.evaluate`'s `cct`), and per job the
+    switch-to-switch link that sets it when several of its unsummed streams share it:
+    (from, to, streams)."""
+    score = 0.0
+    funnels = {}
     for job in ctx.jobs:
         tree = ctx.int_trees[job.id]
         cost = evaluate(tree, aggs.get(job.id, set()))
+        score += job.weight * cost.cct
         worst = max(tree.order, key=lambda v: cost.streams[v] * tree.tau[v])
         parent = tree.parent[worst]
         if parent is not None and cost.streams[worst] > 1:
-            out[job.id] = (worst, parent, cost.streams[worst])
-    return out
+            funnels[job.id] = (worst, parent, cost.streams[worst])
+    return score, funnels
 
 
 def _rerouted(
@@ -56,19 +53,19 @@ def _rerouted(
         aggs, stats = place(ctx)
         if len(ctx.jobs) > SHARED_ROUTING_MAX_JOBS:
             return aggs, stats, ctx.int_trees
-        best = (_bottleneck_score(ctx, aggs), ctx, aggs, stats)
+        score, funnels = _judge(ctx, aggs)
+        best = (score, ctx, aggs, stats)
         penalty: dict[str, dict[tuple[str, str], float]] = {}
         kept = 0
         for _ in range(REROUTE_ROUNDS):
-            funnels = _funnels(ctx, aggs)
             if not funnels:
                 break
             for job_id, (u, v, streams) in funnels.items():
                 links = penalty.setdefault(job_id, {})
                 links[(u, v)] = links.get((u, v), 1.0) * (1.0 + streams)
-            ctx = Context(ctx.instance, seed=ctx.seed, route_penalty=copy.deepcopy(penalty))
+            ctx = ctx.rerouted(copy.deepcopy(penalty))
             aggs, stats = place(ctx)
-            score = _bottleneck_score(ctx, aggs)
+            score, funnels = _judge(ctx, aggs)
             if score < best[0]:
                 kept += 1
                 best = (score, ctx, aggs, stats)
