@@ -1,8 +1,7 @@
-"""Fixtures: a real InfluxDB 1.8.10 (built by `make influxdb`), started once per session."""
+"""Fixtures on the shared InfluxDB 1.8.10 (`influx`, `fresh_server`: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -11,35 +10,9 @@ from dataclasses import dataclass
 import pytest
 from influxdb_client import InfluxDBClient
 
-from int_collector.influxd import InfluxServer, default_binary
+from int_collector.influxd import InfluxServer
 from int_collector.service import Collector
 from int_collector.settings import Settings, load_settings
-
-
-def _server() -> InfluxServer:
-    binary = default_binary()
-    if not binary.is_file():
-        if os.environ.get("INNET_AGG_INFLUXD"):  # under `make test`: the build must have run
-            pytest.fail(f"influxd missing at {binary}: `make influxdb` should have built it")
-        pytest.skip(f"no influxd at {binary}: run `make influxdb` (needs Go) to run this test")
-    return InfluxServer(binary)
-
-
-@pytest.fixture(scope="session")
-def influx() -> Iterator[InfluxServer]:
-    srv = _server()
-    srv.start()
-    yield srv
-    srv.stop(remove=True)
-
-
-@pytest.fixture
-def fresh_server() -> Iterator[InfluxServer]:
-    """A server of its own, for tests that stop and restart it."""
-    srv = _server()
-    srv.start()
-    yield srv
-    srv.stop(remove=True)
 
 
 @dataclass

@@ -13,14 +13,11 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from int_collector.influxd import InfluxServer, default_binary
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -125,19 +122,6 @@ def ignored(ignore_file: Path, paths: list[str]) -> dict[str, bool]:
     r = run_tool("ignored", str(ignore_file), *paths)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-
-@pytest.fixture(scope="session")
-def influx() -> Iterator[InfluxServer]:
-    binary = default_binary()
-    if not binary.is_file():
-        if os.environ.get("INNET_AGG_INFLUXD"):
-            pytest.fail(f"influxd missing at {binary}: `make influxdb` should have built it")
-        pytest.skip(f"no influxd at {binary}: run `make influxdb` (needs Go) to run this test")
-    srv = InfluxServer(binary)
-    srv.start()
-    yield srv
-    srv.stop(remove=True)
 
 
 def _first_line(r: subprocess.CompletedProcess[str]) -> str:

@@ -3,7 +3,6 @@ and the service app driven through FastAPI's TestClient."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,22 +12,9 @@ from fastapi.testclient import TestClient
 
 from agg_optimizer.service.app import create_app
 from agg_optimizer.service.settings import Settings
-from int_collector.influxd import InfluxServer, default_binary
+from int_collector.influxd import InfluxServer
 
 from .onos_standin import StandinOnos
-
-
-@pytest.fixture(scope="session")
-def influx() -> Iterator[InfluxServer]:
-    binary = default_binary()
-    if not binary.is_file():
-        if os.environ.get("INNET_AGG_INFLUXD"):
-            pytest.fail(f"influxd missing at {binary}: `make influxdb` should have built it")
-        pytest.skip(f"no influxd at {binary}: run `make influxdb` (needs Go) to run this test")
-    srv = InfluxServer(binary)
-    srv.start()
-    yield srv
-    srv.stop(remove=True)
 
 
 @pytest.fixture
