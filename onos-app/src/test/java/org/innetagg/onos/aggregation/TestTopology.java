@@ -1,29 +1,19 @@
 package org.innetagg.onos.aggregation;
 
-import com.google.common.collect.ImmutableSet;
-import org.onlab.packet.ChassisId;
-import org.onlab.packet.MacAddress;
-import org.onlab.packet.VlanId;
+import org.innetagg.onos.TestElements;
 import org.onosproject.core.ApplicationId;
 import org.onosproject.core.CoreServiceAdapter;
 import org.onosproject.core.DefaultApplicationId;
-import org.onosproject.net.ConnectPoint;
-import org.onosproject.net.DefaultDevice;
-import org.onosproject.net.DefaultHost;
-import org.onosproject.net.DefaultLink;
 import org.onosproject.net.Device;
 import org.onosproject.net.DeviceId;
 import org.onosproject.net.Host;
 import org.onosproject.net.HostId;
-import org.onosproject.net.HostLocation;
 import org.onosproject.net.Link;
-import org.onosproject.net.PortNumber;
 import org.onosproject.net.device.DeviceServiceAdapter;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleServiceAdapter;
 import org.onosproject.net.host.HostServiceAdapter;
 import org.onosproject.net.link.LinkServiceAdapter;
-import org.onosproject.net.provider.ProviderId;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -31,6 +21,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.stream.Collectors;
+
+import static org.innetagg.onos.TestElements.host;
+import static org.innetagg.onos.TestElements.link;
 
 /**
  * leaf1 -- spine1 -- leaf2, host 01 on leaf1 port 1, host 04 on leaf2 port 1 (the device
@@ -42,7 +35,6 @@ public final class TestTopology {
         return manager(new RecordingFlowRules());
     }
 
-    static final ProviderId PID = new ProviderId("test", "innet-agg");
     static final ApplicationId APP = new DefaultApplicationId(7, AggregationManager.APP_NAME);
     static final DeviceId LEAF1 = DeviceId.deviceId("device:leaf1");
     static final DeviceId LEAF2 = DeviceId.deviceId("device:leaf2");
@@ -52,26 +44,13 @@ public final class TestTopology {
     static final HostId H4 = HostId.hostId("00:00:00:00:00:04/None");
 
     static final Map<DeviceId, Device> DEVICES = List.of(LEAF1, LEAF2, LEAF3, SPINE1).stream()
-            .collect(Collectors.toMap(d -> d, d -> new DefaultDevice(PID, d, Device.Type.SWITCH,
-                    "test", "1", "1", "1", new ChassisId())));
+            .collect(Collectors.toMap(d -> d, TestElements::device));
     static final List<Link> LINKS = List.of(
             link(LEAF1, 2, SPINE1, 1), link(SPINE1, 1, LEAF1, 2),
             link(SPINE1, 2, LEAF2, 3), link(LEAF2, 3, SPINE1, 2));
     static final Map<HostId, Host> HOSTS = Map.of(H1, host(H1, LEAF1, 1), H4, host(H4, LEAF2, 1));
 
     private TestTopology() {
-    }
-
-    private static Link link(DeviceId a, long pa, DeviceId b, long pb) {
-        return DefaultLink.builder().providerId(PID)
-                .src(new ConnectPoint(a, PortNumber.portNumber(pa)))
-                .dst(new ConnectPoint(b, PortNumber.portNumber(pb)))
-                .type(Link.Type.DIRECT).state(Link.State.ACTIVE).build();
-    }
-
-    private static Host host(HostId id, DeviceId at, long port) {
-        return new DefaultHost(PID, id, id.mac(), VlanId.NONE,
-                new HostLocation(at, PortNumber.portNumber(port), 0), ImmutableSet.of());
     }
 
     /** A manager wired to this topology and to a recording flow rule service. */

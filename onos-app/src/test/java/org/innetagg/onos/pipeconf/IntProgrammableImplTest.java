@@ -1,6 +1,6 @@
 package org.innetagg.onos.pipeconf;
 
-import com.google.common.collect.ImmutableSet;
+import org.innetagg.onos.TestElements;
 import org.innetagg.onos.aggregation.AggregationManager;
 import org.innetagg.onos.telemetry.InMemoryNetworkConfig;
 import org.innetagg.onos.telemetry.IntSwitchIdManager;
@@ -9,7 +9,6 @@ import org.junit.Before;
 import org.junit.BeforeClass;
 import org.junit.Test;
 import org.onlab.graph.ScalarWeight;
-import org.onlab.packet.ChassisId;
 import org.onlab.packet.IPv4;
 import org.onlab.packet.IpAddress;
 import org.onlab.packet.IpPrefix;
@@ -21,11 +20,6 @@ import org.onosproject.core.CoreService;
 import org.onosproject.core.CoreServiceAdapter;
 import org.onosproject.core.DefaultApplicationId;
 import org.onosproject.core.GroupId;
-import org.onosproject.net.ConnectPoint;
-import org.onosproject.net.DefaultAnnotations;
-import org.onosproject.net.DefaultDevice;
-import org.onosproject.net.DefaultHost;
-import org.onosproject.net.DefaultLink;
 import org.onosproject.net.DefaultPath;
 import org.onosproject.net.Device;
 import org.onosproject.net.DeviceId;
@@ -71,7 +65,6 @@ import org.onosproject.net.pi.model.PiPipelineModel;
 import org.onosproject.net.pi.runtime.PiAction;
 import org.onosproject.net.pi.runtime.PiFieldMatch;
 import org.onosproject.net.pi.runtime.PiTernaryFieldMatch;
-import org.onosproject.net.provider.ProviderId;
 import org.onosproject.net.topology.PathService;
 import org.onosproject.net.topology.PathServiceAdapter;
 
@@ -84,6 +77,9 @@ import java.util.Map;
 import java.util.Set;
 import java.util.stream.Collectors;
 
+import static org.innetagg.onos.TestElements.PID;
+import static org.innetagg.onos.TestElements.host;
+import static org.innetagg.onos.TestElements.link;
 import static org.innetagg.onos.pipeconf.P4InfoConstants.COLLECTOR_IP;
 import static org.innetagg.onos.pipeconf.P4InfoConstants.COLLECTOR_PORT;
 import static org.innetagg.onos.pipeconf.P4InfoConstants.DST_MAC;
@@ -121,7 +117,6 @@ import static org.junit.Assert.assertTrue;
  * checked against the pipeline model ONOS parses from our P4Info.
  */
 public class IntProgrammableImplTest {
-    private static final ProviderId PID = new ProviderId("test", "innet-agg");
     private static final ApplicationId APP = new DefaultApplicationId(7, AggregationManager.APP_NAME);
     private static final DeviceId LEAF1 = DeviceId.deviceId("device:bmv2:leaf1");
     private static final DeviceId SPINE1 = DeviceId.deviceId("device:bmv2:spine1");
@@ -145,20 +140,8 @@ public class IntProgrammableImplTest {
         model = PipeconfLoader.pipelineModel(java.nio.file.Path.of(System.getProperty("innetagg.onos.p4info")).toUri().toURL());
     }
 
-    private static Link link(DeviceId a, long pa, DeviceId b, long pb) {
-        return DefaultLink.builder().providerId(PID)
-                .src(new ConnectPoint(a, PortNumber.portNumber(pa)))
-                .dst(new ConnectPoint(b, PortNumber.portNumber(pb)))
-                .type(Link.Type.DIRECT).state(Link.State.ACTIVE).build();
-    }
-
     private void device(DeviceId id, String... annotations) {
-        DefaultAnnotations.Builder a = DefaultAnnotations.builder();
-        for (int i = 0; i < annotations.length; i += 2) {
-            a.set(annotations[i], annotations[i + 1]);
-        }
-        devices.put(id, new DefaultDevice(PID, id, Device.Type.SWITCH, "bmv2", "1", "1", "1",
-                new ChassisId(), a.build()));
+        devices.put(id, TestElements.device(id, annotations));
     }
 
     @Before
@@ -166,9 +149,7 @@ public class IntProgrammableImplTest {
         device(LEAF1);
         device(SPINE1);
         device(LEAF2);
-        hosts.add(new DefaultHost(PID, HostId.hostId("00:00:00:00:00:fe/None"),
-                MacAddress.valueOf("00:00:00:00:00:fe"), VlanId.NONE,
-                new HostLocation(LEAF2, PortNumber.portNumber(1), 0), ImmutableSet.of(COLLECTOR)));
+        hosts.add(host(HostId.hostId("00:00:00:00:00:fe/None"), LEAF2, 1, COLLECTOR));
         rules = new RecordingFlowRules();
         groups = new RecordingGroups();
         netcfg = new InMemoryNetworkConfig();
@@ -510,12 +491,8 @@ public class IntProgrammableImplTest {
      */
     @Test
     public void theIntAppsSequenceOnAChainExportedForBmv2() throws Exception {
-        hosts.add(new DefaultHost(PID, HostId.hostId("00:00:00:00:00:01/None"),
-                MacAddress.valueOf("00:00:00:00:00:01"), VlanId.NONE,
-                new HostLocation(LEAF1, PortNumber.portNumber(1), 0), ImmutableSet.of(IpAddress.valueOf("10.0.0.1"))));
-        hosts.add(new DefaultHost(PID, HostId.hostId("00:00:00:00:00:02/None"),
-                MacAddress.valueOf("00:00:00:00:00:02"), VlanId.NONE,
-                new HostLocation(LEAF2, PortNumber.portNumber(2), 0), ImmutableSet.of(IpAddress.valueOf("10.0.0.2"))));
+        hosts.add(host(HostId.hostId("00:00:00:00:00:01/None"), LEAF1, 1, IpAddress.valueOf("10.0.0.1")));
+        hosts.add(host(HostId.hostId("00:00:00:00:00:02/None"), LEAF2, 2, IpAddress.valueOf("10.0.0.2")));
         IntObjective obj = IntObjective.builder()
                 .withSelector(DefaultTrafficSelector.builder().matchEthType((short) 0x0800)
                         .matchIPSrc(IpPrefix.valueOf("10.0.0.1/32")).matchUdpDst(TpPort.tpPort(5000)).build())

@@ -1,15 +1,12 @@
 package org.innetagg.onos.telemetry;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import org.innetagg.onos.TestElements;
 import org.junit.Before;
 import org.junit.Test;
-import org.onlab.packet.ChassisId;
-import org.onosproject.net.DefaultAnnotations;
-import org.onosproject.net.DefaultDevice;
 import org.onosproject.net.Device;
 import org.onosproject.net.DeviceId;
 import org.onosproject.net.device.DeviceServiceAdapter;
-import org.onosproject.net.provider.ProviderId;
 import org.onosproject.store.service.ConsistentMap;
 import org.onosproject.store.service.ConsistentMapBuilder;
 import org.onosproject.store.service.StorageService;
@@ -27,7 +24,6 @@ import static org.junit.Assert.assertTrue;
 
 /** INT node IDs: taken from annotations, else given out and published through netcfg. */
 public class IntSwitchIdManagerTest {
-    private static final ProviderId PID = new ProviderId("test", "innet-agg");
     private static final DeviceId S1 = DeviceId.deviceId("device:bmv2:s1");
     private static final DeviceId S2 = DeviceId.deviceId("device:bmv2:s2");
     private static final DeviceId S3 = DeviceId.deviceId("device:bmv2:s3");
@@ -37,16 +33,7 @@ public class IntSwitchIdManagerTest {
     private IntSwitchIdManager ids;
 
     private void device(DeviceId id, String... annotations) {
-        devices.add(new DefaultDevice(PID, id, Device.Type.SWITCH, "bmv2", "1", "1", "1", new ChassisId(),
-                DefaultAnnotations.builder().putAll(pairs(annotations)).build()));
-    }
-
-    private static Map<String, String> pairs(String... kv) {
-        Map<String, String> m = new HashMap<>();
-        for (int i = 0; i < kv.length; i += 2) {
-            m.put(kv[i], kv[i + 1]);
-        }
-        return m;
+        devices.add(TestElements.device(id, annotations));
     }
 
     @Before

@@ -1,26 +1,20 @@
 package org.innetagg.onos.ui;
 
+import org.innetagg.onos.TestElements;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import com.google.common.collect.ImmutableSet;
 import org.innetagg.onos.aggregation.AggregationService;
 import org.innetagg.onos.aggregation.AppliedPlacement;
 import org.innetagg.onos.aggregation.JobPlacement;
 import org.onlab.osgi.TestServiceDirectory;
-import org.onlab.packet.ChassisId;
-import org.onlab.packet.VlanId;
 import org.onosproject.net.ConnectPoint;
-import org.onosproject.net.DefaultDevice;
 import org.onosproject.net.DefaultEdgeLink;
-import org.onosproject.net.DefaultHost;
-import org.onosproject.net.DefaultLink;
 import org.onosproject.net.DefaultPath;
 import org.onosproject.net.Device;
 import org.onosproject.net.DeviceId;
 import org.onosproject.net.ElementId;
 import org.onosproject.net.Host;
 import org.onosproject.net.HostId;
-import org.onosproject.net.HostLocation;
 import org.onosproject.net.Link;
 import org.onosproject.net.Path;
 import org.onosproject.net.PortNumber;
@@ -30,7 +24,6 @@ import org.onosproject.net.host.HostService;
 import org.onosproject.net.host.HostServiceAdapter;
 import org.onosproject.net.link.LinkService;
 import org.onosproject.net.link.LinkServiceAdapter;
-import org.onosproject.net.provider.ProviderId;
 import org.onosproject.net.topology.PathService;
 import org.onosproject.net.topology.PathServiceAdapter;
 import org.onosproject.ui.UiConnection;
@@ -46,6 +39,9 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.stream.Collectors;
 
+import static org.innetagg.onos.TestElements.PID;
+import static org.innetagg.onos.TestElements.host;
+import static org.innetagg.onos.TestElements.link;
 import static org.onlab.graph.ScalarWeight.toWeight;
 
 /**
@@ -54,7 +50,6 @@ import static org.onlab.graph.ScalarWeight.toWeight;
  * The device and host ids of src/test/resources/placements/valid.json and placements/ui/.
  */
 final class UiTestTopology {
-    static final ProviderId PID = new ProviderId("test", "innet-agg-ui");
     static final DeviceId LEAF1 = DeviceId.deviceId("device:leaf1");
     static final DeviceId LEAF2 = DeviceId.deviceId("device:leaf2");
     static final DeviceId SPINE1 = DeviceId.deviceId("device:spine1");
@@ -66,8 +61,7 @@ final class UiTestTopology {
     static final HostId H5 = HostId.hostId("fe:00:00:00:00:05/None");
 
     static final Map<DeviceId, Device> DEVICES = List.of(LEAF1, LEAF2, SPINE1, SPINE2).stream()
-            .collect(Collectors.toMap(d -> d, d -> new DefaultDevice(PID, d, Device.Type.SWITCH,
-                    "test", "1", "1", "1", new ChassisId())));
+            .collect(Collectors.toMap(d -> d, TestElements::device));
     static final List<Link> LINKS = List.of(
             link(LEAF1, 2, SPINE1, 1), link(SPINE1, 1, LEAF1, 2),
             link(SPINE1, 2, LEAF2, 3), link(LEAF2, 3, SPINE1, 2),
@@ -79,18 +73,6 @@ final class UiTestTopology {
             H5, host(H5, LEAF2, 6));
 
     private UiTestTopology() {
-    }
-
-    private static Link link(DeviceId a, long pa, DeviceId b, long pb) {
-        return DefaultLink.builder().providerId(PID)
-                .src(new ConnectPoint(a, PortNumber.portNumber(pa)))
-                .dst(new ConnectPoint(b, PortNumber.portNumber(pb)))
-                .type(Link.Type.DIRECT).state(Link.State.ACTIVE).build();
-    }
-
-    private static Host host(HostId id, DeviceId at, long port) {
-        return new DefaultHost(PID, id, id.mac(), VlanId.NONE,
-                new HostLocation(at, PortNumber.portNumber(port), 0), ImmutableSet.of());
     }
 
     static final DeviceService DEVICE_SERVICE = new DeviceServiceAdapter() {
