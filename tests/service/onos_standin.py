@@ -1,14 +1,17 @@
 """A stand-in for the part of ONOS 2.7's REST API the service uses, over real HTTP.
 
-Used because the ONOS 2.7.0 release tarball cannot be downloaded on machines whose Maven
-repository lacks it (see docs/service.md, "Testing against ONOS"); the tests against the
-real ONOS (`test_onos_real.py`) run wherever `make onos` succeeds. What it reproduces, from
-ONOS's sources: `IntentCodec`/`PointToPointIntentCodec` decoding (type, appId registered or
-404 "Application ID is not found", key, ingress/egress points, WaypointConstraint), intent
-states (INSTALLED when a path through the waypoints exists over ACTIVE links, else FAILED;
-recomputed when links change), `DELETE /intents/{app}/{key}` answering 204 even for an
-unknown key, `GET /intents/application/{app}` 404 for an unregistered app, basic auth
-(401), and no `/onos/innet-agg` resource (the ONOS app is not installed: 404).
+For machines without the ONOS 2.7.0 built from source (docs/service.md, "Testing against
+ONOS"); where that ONOS exists, `test_onos_real.py` runs the service against it and
+`test_standin_parity.py` sends the same requests to both and compares the answers, so what
+follows is checked against ONOS, not only read from its sources: `IntentCodec` /
+`PointToPointIntentCodec` decoding (type, appId registered or 404 "Application ID is not
+found", key, ingress/egress points, WaypointConstraint); intent states (INSTALLED when a path
+through the waypoints exists over ACTIVE links, else FAILED; recomputed when links change);
+`GET`/`DELETE /intents/{app}/{key}` answering 400 "For input string" for an unknown
+non-numeric key (ONOS falls back to `Long.decode(key)`), 404 (GET) or 204 (DELETE) for an
+unknown numeric key, 404 for an unregistered app; `GET /intents/application/{app}` 404 for an
+unregistered app; basic auth (401); and no `/onos/innet-agg` resource (the ONOS app is not
+installed: 404).
 """
 
 from __future__ import annotations
@@ -27,6 +30,24 @@ import networkx as nx
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onos"
 
 
+def _decodes_as_long(s: str) -> bool:
+    """Java's Long.decode: optional sign, then 0x/0X/# (hex), 0 (octal) or decimal digits."""
+    body = s[1:] if s[:1] in "+-" else s
+    for prefix, base in (("0x", 16), ("0X", 16), ("#", 16)):
+        if body.startswith(prefix):
+            body, radix = body[len(prefix) :], base
+            break
+    else:
+        radix = 8 if body.startswith("0") and len(body) > 1 else 10
+    if not body or body[0] in "+-":
+        return False
+    try:
+        int(body, radix)
+    except ValueError:
+        return False
+    return True
+
+
 class StandinOnos:
     def __init__(self, port: int = 0) -> None:
         self.devices = json.loads((FIXTURES / "devices.json").read_text())
@@ -36,6 +57,10 @@ class StandinOnos:
         self.intents: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.aggregation: dict[str, Any] | None = None  # None: the ONOS app is not installed
+        # ONOS accepts an intent (201) before its store holds it; until then a lookup of the
+        # key fails as for an unknown key. Lookups a new intent stays unknown for:
+        self.unknown_lookups = 0
+        self.unseen: dict[tuple[str, str], int] = {}
         self.lock = threading.Lock()
         self.port = port
         self.server: ThreadingHTTPServer | None = None
@@ -123,6 +148,8 @@ class StandinOnos:
                 return 404, {"code": 404, "message": "Application ID is not found"}
             key = body.get("key")
             self.intents[(body["appId"], key)] = body
+            if self.unknown_lookups:
+                self.unseen[(body["appId"], key)] = self.unknown_lookups
             return 201, None
         if method == "GET" and len(p) == 2 and p[0] == "application":
             if p[1] not in self.apps:
@@ -130,15 +157,24 @@ class StandinOnos:
             return 200, {
                 "intents": [self._encode(k, b) for k, b in self.intents.items() if k[0] == p[1]]
             }
-        if len(p) == 2:
+        if len(p) == 2 and method in ("GET", "DELETE"):
+            # IntentsWebResource: the app must be registered; the key is looked up as a string,
+            # then as Long.decode(key), whose NumberFormatException answers 400.
+            if p[0] not in self.apps:
+                return 404, {"code": 404, "message": "Application ID is not found"}
             key = (p[0], p[1])
+            if self.unseen.get(key):
+                self.unseen[key] -= 1
+                key = (p[0], "")
+            if key not in self.intents and not _decodes_as_long(p[1]):
+                return 400, {"code": 400, "message": f'For input string: "{p[1]}"'}
             if method == "GET":
                 if key not in self.intents:
                     return 404, {"code": 404, "message": "Intent is not found"}
                 return 200, self._encode(key, self.intents[key])
-            if method == "DELETE":
-                self.intents.pop(key, None)
-                return 204, None
+            self.intents.pop(key, None)
+            self.unseen.pop(key, None)
+            return 204, None
         return 404, {"code": 404, "message": "HTTP 404 Not Found"}
 
     def _encode(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:

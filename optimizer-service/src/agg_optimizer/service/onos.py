@@ -200,20 +200,27 @@ class OnosClient:
 
     def intent_state(self, key: str) -> str | None:
         r = self._request("GET", f"{self.base}/intents/{quote(self.app_id)}/{quote(key)}")
-        if r.status_code == 404:
+        if r.status_code == 404 or _unknown_string_key(r):
             return None
         if r.status_code != 200:
             raise OnosError(r.status_code, _message(r))
         return r.json().get("state")
 
-    def wait_installed(self, keys: list[str], timeout_s: float) -> list[IntentResult]:
+    def wait_installed(
+        self, keys: list[str], timeout_s: float, unknown_grace_s: float = 5.0
+    ) -> list[IntentResult]:
+        """Poll until every key is INSTALLED, FAILED or WITHDRAWN. ONOS answers a submission
+        before its intent store holds the intent, so a key it does not know yet stays pending
+        for `unknown_grace_s` before it is reported MISSING."""
         pending = set(keys)
         results: dict[str, IntentResult] = {}
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        deadline = start + timeout_s
         while pending:
+            grace_over = time.monotonic() - start >= min(unknown_grace_s, timeout_s)
             for key in sorted(pending):
                 state = self.intent_state(key)
-                if state in ("INSTALLED", "FAILED", "WITHDRAWN", None):
+                if state in ("INSTALLED", "FAILED", "WITHDRAWN") or (state is None and grace_over):
                     reason = None
                     if state == "FAILED":
                         reason = "ONOS could not compile or install it (no path meets them)"
@@ -230,7 +237,7 @@ class OnosClient:
 
     def delete_intent(self, key: str) -> None:
         r = self._request("DELETE", f"{self.base}/intents/{quote(self.app_id)}/{quote(key)}")
-        if r.status_code not in (200, 204, 404):
+        if r.status_code not in (200, 204, 404) and not _unknown_string_key(r):
             raise OnosError(r.status_code, _message(r))
 
     def our_intents(self) -> dict[str, str]:
@@ -275,6 +282,13 @@ class AggregationApi:
         if r.status_code not in (200, 204):
             raise OnosError(r.status_code, _message(r))
         return "removed"
+
+
+def _unknown_string_key(r: requests.Response) -> bool:
+    """ONOS 2.7's `IntentsWebResource` looks a key up as a string, then, not finding it, as
+    `Long.decode(key)`: an unknown non-numeric key (all of ours) answers 400 with the
+    NumberFormatException's "For input string", not 404."""
+    return r.status_code == 400 and "For input string" in _message(r)
 
 
 def _message(r: requests.Response) -> str:
