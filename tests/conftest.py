@@ -1,13 +1,16 @@
-"""Fixtures every suite shares: a real InfluxDB 1.8.10 (built by `make influxdb`), started
-once per session for the collector, service and deploy tests."""
+"""Fixtures every suite shares, each started once per session: a real InfluxDB 1.8.10 (built
+by `make influxdb`) for the collector, service and deploy tests, and a real ONOS 2.7.0 (built
+from source outside the repository, docs/service.md) for the service and onos-app tests."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from agg_optimizer.service import onosd
 from int_collector.influxd import InfluxServer, default_binary
 
 
@@ -35,3 +38,32 @@ def fresh_server() -> Iterator[InfluxServer]:
     srv.start()
     yield srv
     srv.stop(remove=True)
+
+
+REPO = Path(__file__).resolve().parents[1]
+ONOS_APP = "org.innetagg.app"
+
+
+def built_oar() -> Path | None:
+    built = sorted((REPO / "onos-app" / "target").glob("innet-agg-onos-*.oar"))
+    return built[-1] if built else None
+
+
+@pytest.fixture(scope="session")
+def onos_real() -> Iterator[onosd.OnosServer]:
+    """One real ONOS 2.7.0 per session (boot takes a minute or more), with the null
+    providers' spine-leaf (2 spines, 3 leaves, 2 hosts each), the apps of `onosd.APPS`, and
+    our app installed from the built .oar. Skipped, saying why, where ONOS is not built."""
+    why = onosd.missing()
+    if why:
+        pytest.skip(f"real ONOS unavailable: {why}")
+    oar = built_oar()
+    if oar is None:
+        pytest.skip("no onos-app/target/*.oar to install: `make onos-app` builds it")
+    srv = onosd.OnosServer("spineleaf,2,3,2")
+    srv.start()
+    try:
+        srv.install_app(oar, ONOS_APP)
+        yield srv
+    finally:
+        srv.stop(remove=True)

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The ONOS 2.7.0 release tarball, from the Maven repository this machine's Maven uses, into
-# a cache outside the repository, once. The tarball is not an artifact Maven can resolve by
-# coordinates (its file name lacks the artifactId), so the repository's base URL is derived
+# ONOS 2.7.0 for the tests against a real ONOS: the unpacked release tree in a cache outside
+# the repository. Public Maven repositories do not serve the release tarball (404), so on
+# most machines that tree is ONOS built from its public source, outside the repository, and
+# unpacked there (docs/service.md, "Testing against ONOS"); this script then only finds it.
+# Where the Maven repository this machine's Maven uses does serve the tarball (a mirror of
+# ONOS's release repository), it is downloaded there once. The tarball is not an artifact
+# Maven can resolve by coordinates (its file name lacks the artifactId), so the URL is derived
 # from Maven's own configuration: a mirror of `central` (or `*`, `external:*`) in
 # ~/.m2/settings.xml or $MAVEN_HOME/conf/settings.xml, else the `central` repository of
 # Maven's super POM. Usage: get-onos.sh [CACHE_DIR]; prints ONOS's directory.
@@ -20,7 +24,9 @@ mkdir -p "$cache"
 echo "get-onos: downloading $base/$path" >&2
 if ! curl -fSL --retry 3 --connect-timeout 20 -o "$cache/onos.tar.gz.part" "$base/$path"; then
   rm -f "$cache/onos.tar.gz.part"
-  echo "get-onos: $base/$path is not available from this machine's Maven repository" >&2
+  echo "get-onos: no ONOS at $dir, and $base/$path is not available from this machine's" \
+    "Maven repository; build ONOS 2.7.0 from its public source and unpack its release" \
+    "tree there (docs/service.md). The tests against a real ONOS skip until then." >&2
   exit 3
 fi
 if sha1="$(curl -fsSL "$base/$path.sha1" 2>/dev/null)"; then

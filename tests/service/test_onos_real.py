@@ -1,41 +1,48 @@
-"""The service against a real ONOS 2.7.0 with null providers (spine-leaf with hosts).
+"""The service against a real ONOS 2.7.0 (null providers' spine-leaf with hosts, our app
+installed): intents compile and install, the aggregation entries reach ONOS's flow store
+through the app's REST resource, and reconcile restores what ONOS lost.
 
-Needs `make onos`: the release tarball from the Maven repository and a Java 11 runtime.
-Skipped, with the reason, where that repository does not serve the tarball.
+Needs the ONOS built from source outside the repository (docs/service.md, "Testing against
+ONOS"); skipped with the reason where it is missing.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-import requests
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service import onosd
 from agg_optimizer.service.app import create_app
 from agg_optimizer.service.settings import Settings
 
-
-@pytest.fixture(scope="session")
-def real_onos() -> Iterator[onosd.OnosServer]:
-    why = onosd.missing()
-    if why:
-        pytest.skip(f"real ONOS unavailable: {why} (get-onos.sh reports why the download failed)")
-    srv = onosd.OnosServer("spineleaf,2,3,2")
-    srv.start()
-    yield srv
-    srv.stop(remove=True)
+ONOS_APP = "org.innetagg.app"
 
 
-def test_job_placement_installs_intents_then_delete_removes_them(
-    real_onos: onosd.OnosServer, influx, bucket, tmp_path
-) -> None:
-    hosts = real_onos.get("/hosts")["hosts"]
-    assert len(hosts) >= 4
+def until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.5)
+
+
+def agg_rules(onos: onosd.OnosServer) -> list[dict]:
+    flows = onos.get("/flows").get("flows", [])
+    return [
+        f
+        for f in flows
+        if f.get("appId") == ONOS_APP
+        and str(f.get("tableName", "")).endswith(".agg_job")
+        and f.get("state") != "PENDING_REMOVE"
+    ]
+
+
+@pytest.fixture
+def service(onos_real: onosd.OnosServer, influx, bucket, tmp_path) -> Iterator[TestClient]:
     s = Settings(
-        onos_url=real_onos.url,
+        onos_url=onos_real.url,
         influx_url=influx.url,
         influx_bucket=bucket,
         db_path=tmp_path / "db",
@@ -44,24 +51,60 @@ def test_job_placement_installs_intents_then_delete_removes_them(
     )
     app = create_app(s, loop=False)
     with TestClient(app) as c:
-        job = {
-            "id": "j1",
-            "workers": [h["id"] for h in hosts[:3]],
-            "ps": hosts[-1]["id"],
-            "update_bytes": 10_000_000,
-        }
-        assert c.post("/api/v1/jobs", json=job).status_code == 201
-        res = c.post("/api/v1/jobs/j1/placement").json()
-        assert res["status"] == "applied", res
-        assert res["aggregation"] == "app-not-installed"
-        listed = real_onos.get(f"/intents/application/{s.onos_app_id}")["intents"]
-        assert {i["state"] for i in listed} == {"INSTALLED"} and len(listed) == 3
-        assert c.post("/api/v1/jobs/j1/placement").json()["changes"]["submit"] == []
-        assert c.delete("/api/v1/jobs/j1").status_code == 200
-        deadline = time.monotonic() + 30
-        while real_onos.get(f"/intents/application/{s.onos_app_id}")["intents"]:
-            assert time.monotonic() < deadline
-            time.sleep(1)
+        yield c
     app.state.service.close()
-    r = requests.get(real_onos.url + "/intents", auth=real_onos.auth, timeout=10)
-    assert r.status_code == 200
+
+
+def job(onos: onosd.OnosServer, job_id: str) -> dict:
+    hosts = sorted(h["id"] for h in onos.get("/hosts")["hosts"])
+    assert len(hosts) == 6
+    # workers on all three leaves, the PS on the last: the tree needs a spine
+    return {"id": job_id, "workers": hosts[:5:2], "ps": hosts[-1], "update_bytes": 10_000_000}
+
+
+def test_placement_installs_intents_and_aggregation_entries_delete_removes_both(
+    onos_real: onosd.OnosServer, service: TestClient
+) -> None:
+    app_id = "org.innetagg.optimizer"
+    assert service.post("/api/v1/jobs", json=job(onos_real, "j1")).status_code == 201
+    res = service.post("/api/v1/jobs/j1/placement").json()
+    assert res["status"] == "applied", res
+    assert res["aggregation"] == "applied"
+    listed = onos_real.get(f"/intents/application/{app_id}")["intents"]
+    assert {i["state"] for i in listed} == {"INSTALLED"} and len(listed) == 3
+    placed = res["placement"]
+    assert placed["aggregators"], placed
+    rules = agg_rules(onos_real)
+    assert {r["deviceId"] for r in rules} == {a["switch"] for a in placed["aggregators"]}
+    stored = onos_real.request("GET", "/onos/innet-agg/aggregation/j1")
+    assert stored.status_code == 200, stored.text
+    assert service.post("/api/v1/jobs/j1/placement").json()["changes"]["submit"] == []
+    assert service.delete("/api/v1/jobs/j1").status_code == 200
+    until(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
+    until(lambda: not agg_rules(onos_real))
+    assert onos_real.request("GET", "/onos/innet-agg/aggregation/j1").status_code == 404
+
+
+def test_reconcile_resubmits_intents_onos_lost(
+    onos_real: onosd.OnosServer, service: TestClient
+) -> None:
+    app_id = "org.innetagg.optimizer"
+    assert service.post("/api/v1/jobs", json=job(onos_real, "j2")).status_code == 201
+    assert service.post("/api/v1/jobs/j2/placement").json()["status"] == "applied"
+    keys = sorted(i["key"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"])
+    lost = keys[0]
+    assert onos_real.request("DELETE", f"/intents/{app_id}/{lost}").status_code == 204
+    until(
+        lambda: (
+            lost
+            not in {i["key"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"]}
+        )
+    )
+    r = service.post("/api/v1/reconcile").json()
+    assert r["resubmitted"] == [lost] and r["removed"] == [] and r["failed"] == []
+    states = {
+        i["key"]: i["state"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"]
+    }
+    assert states == dict.fromkeys(keys, "INSTALLED")
+    assert service.delete("/api/v1/jobs/j2").status_code == 200
+    until(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])

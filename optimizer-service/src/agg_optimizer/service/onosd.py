@@ -1,9 +1,14 @@
 """Run a throwaway ONOS 2.7.0 with the null providers (tests, benchmark, native demo).
 
-ONOS comes from `make onos` (optimizer-service/scripts/get-onos.sh) and Java 11 from
-`get-java11.sh`, both cached outside the repository. The null providers simulate a
-spine-leaf fabric with hosts, so intents really compile and install. Boot takes minutes on
-two cores: start it once per test session.
+ONOS is built from its public source outside the repository and cached where `make onos`
+(optimizer-service/scripts/get-onos.sh) looks; Java 11 comes from `get-java11.sh`. The null
+providers simulate a spine-leaf fabric with hosts, so intents really compile and install.
+Boot takes a minute or more on two cores: start it once per test session.
+
+Readiness is waited for, never assumed after a fixed time: ONOS answers 503 while its
+services start, and again for a few seconds whenever an app install makes Karaf refresh the
+core bundles (`ApplicationAdminService not found`); a NullProviders setting posted right after
+`org.onosproject.null` turns ACTIVE can be lost, so it is re-posted until devices appear.
 """
 
 from __future__ import annotations
@@ -19,7 +24,21 @@ import requests
 
 VERSION = "2.7.0"
 JAVA_VERSION = "11.0.13.1"
-APPS = "drivers,null,proxyarp,hostprovider,lldpprovider"
+# ONOS_APPS names (org.onosproject. prefix implied). drivers.bmv2 pulls in the P4Runtime
+# chain our app requires; gui is the legacy GUI that hosts our topology overlay.
+APPS = (
+    "drivers",
+    "null",
+    "proxyarp",
+    "hostprovider",
+    "lldpprovider",
+    "drivers.bmv2",
+    "inbandtelemetry",
+    "gui",
+)
+# Karaf 4.2.9 on a Java 11 newer than 11.0.19 rejects its own jars ("Invalid CEN header")
+# without this; harmless where the check does not exist.
+JAVA_OPTS = "-Xms256m -Xmx1500m -Djdk.util.zip.disableZip64ExtraFieldValidation=true"
 
 
 def cache_dir() -> Path:
@@ -41,32 +60,45 @@ def missing() -> str | None:
     if not (default_java_home() / "bin" / "java").is_file():
         return f"no Java 11 at {default_java_home()}: run `make onos`"
     if not (default_onos() / "bin" / "onos-service").is_file():
-        return f"no ONOS {VERSION} at {default_onos()}: run `make onos`"
+        return (
+            f"no ONOS {VERSION} at {default_onos()}: it is built from source outside the "
+            "repository (docs/service.md, 'Testing against ONOS'); `make onos` says more"
+        )
     return None
+
+
+class OnosNotReady(RuntimeError):
+    """ONOS did not become ready in time, or exited; carries the log's tail."""
 
 
 class OnosServer:
     """A private copy of the unpacked release (ONOS writes into its own tree), on the
-    default ports 8181 (REST) and 8101 (shell): one per machine at a time."""
+    default ports 8181 (REST, GUI) and 8101 (shell): one per machine at a time."""
 
-    def __init__(self, shape: str = "spineleaf,2,3,2") -> None:
+    def __init__(self, shape: str = "spineleaf,2,3,2", apps: tuple[str, ...] = APPS) -> None:
         why = missing()
         if why:
             raise FileNotFoundError(why)
         self.shape = shape
+        self.apps = apps
         self.dir = Path(tempfile.mkdtemp(prefix="onos-"))
         self.home = self.dir / "onos"
         shutil.copytree(default_onos(), self.home, symlinks=True)
         self.proc: subprocess.Popen[bytes] | None = None
-        self.url = "http://127.0.0.1:8181/onos/v1"
+        self.root = "http://127.0.0.1:8181"
+        self.url = f"{self.root}/onos/v1"
         self.auth = ("onos", "rocks")
 
-    def start(self, timeout_s: float = 420.0) -> None:
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 600.0) -> None:
+        """Boot, wait until every app is ACTIVE and the core services answer, then give the
+        null providers their topology. ONOS is stopped again if any of that fails."""
         env = {
             **os.environ,
             "JAVA_HOME": str(default_java_home()),
-            "ONOS_APPS": APPS,
-            "JAVA_OPTS": "-Xms256m -Xmx1g",
+            "ONOS_APPS": ",".join(self.apps),
+            "JAVA_OPTS": JAVA_OPTS,
         }
         log = open(self.dir / "onos.log", "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
@@ -79,50 +111,87 @@ class OnosServer:
             start_new_session=True,
         )
         log.close()
+        try:
+            deadline = time.monotonic() + timeout_s
+            self.wait_ready(deadline - time.monotonic())
+            if self.shape:
+                self._start_null_topology(deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout_s: float = 120.0, apps: tuple[str, ...] = ()) -> None:
+        """Until the wanted apps are ACTIVE and devices, hosts and flows answer 200."""
+        wanted = {f"org.onosproject.{a}" for a in self.apps} | set(apps)
         deadline = time.monotonic() + timeout_s
-        while not self._apps_active():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ONOS exited with {self.proc.returncode}: {self.log_tail()}")
+        why = "no answer yet"
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise OnosNotReady(f"ONOS exited with {self.proc.returncode}: {self.log_tail()}")
+            why = self._not_ready(wanted)
+            if why is None:
+                return
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"ONOS not ready in {timeout_s} s: {self.log_tail()}")
-            time.sleep(2)
-        r = requests.post(
-            f"{self.url}/configuration/org.onosproject.provider.nil.NullProviders",
-            json={"topoShape": self.shape, "enabled": "true"},
-            auth=self.auth,
-            timeout=30,
-        )
-        r.raise_for_status()
-        while len(self.get("/hosts").get("hosts", [])) < self._hosts_expected():
-            if time.monotonic() > deadline:
-                raise RuntimeError("null providers gave no hosts in time")
+                tail = self.log_tail()
+                raise OnosNotReady(f"ONOS not ready in {timeout_s:.0f} s ({why}): {tail}")
             time.sleep(1)
 
-    def _hosts_expected(self) -> int:
+    def _not_ready(self, wanted: set[str]) -> str | None:
+        try:
+            r = self.request("GET", "/applications")
+            if r.status_code != 200:
+                return f"/applications answered {r.status_code}"
+            active = {a["name"] for a in r.json().get("applications", []) if a["state"] == "ACTIVE"}
+            if wanted - active:
+                return f"apps not ACTIVE: {sorted(wanted - active)}"
+            for path in ("/devices", "/hosts", "/flows", "/intents"):
+                r = self.request("GET", path)
+                if r.status_code != 200:
+                    return f"{path} answered {r.status_code}"
+        except requests.RequestException as e:
+            return type(e).__name__
+        return None
+
+    def _start_null_topology(self, deadline: float) -> None:
         parts = self.shape.split(",")
-        return int(parts[2]) * int(parts[3]) if parts[0] == "spineleaf" and len(parts) > 3 else 1
+        hosts = int(parts[2]) * int(parts[3]) if parts[0] == "spineleaf" and len(parts) > 3 else 1
+        while True:
+            r = self.request(
+                "POST",
+                "/configuration/org.onosproject.provider.nil.NullProviders",
+                json={"topoShape": self.shape, "enabled": "true"},
+            )
+            posted = time.monotonic()
+            while r.status_code == 200 and time.monotonic() - posted < 10:
+                if len(self.get("/hosts").get("hosts", [])) >= hosts:
+                    return
+                time.sleep(1)
+            if time.monotonic() > deadline:
+                raise OnosNotReady(
+                    f"null providers gave fewer than {hosts} hosts (last POST: {r.status_code})"
+                )
+            time.sleep(2)
 
-    def _apps_active(self) -> bool:
-        try:
-            r = requests.get(f"{self.url}/applications", auth=self.auth, timeout=3)
-        except requests.RequestException:
-            return False
-        if r.status_code != 200:
-            return False
-        active = {a["name"] for a in r.json().get("applications", []) if a["state"] == "ACTIVE"}
-        return "org.onosproject.null" in active
-
-    def get(self, path: str) -> dict:
-        r = requests.get(self.url + path, auth=self.auth, timeout=10)
-        r.raise_for_status()
-        return r.json()
-
-    def log_tail(self, n: int = 3000) -> str:
-        try:
-            return (self.dir / "onos.log").read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
+    def install_app(self, oar: Path, name: str, timeout_s: float = 180.0) -> None:
+        """Install and activate an .oar (replacing an installed one), then wait for ONOS to be
+        ready again: activating may make Karaf refresh the core bundles."""
+        self.request("DELETE", f"/applications/{name}")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with oar.open("rb") as f:
+                r = self.request(
+                    "POST",
+                    "/applications?activate=true",
+                    data=f,
+                    headers={"Content-Type": "application/octet-stream"},
+                    timeout=120,
+                )
+            if r.status_code < 300:
+                break
+            if r.status_code != 503 or time.monotonic() > deadline:
+                raise OnosNotReady(f"installing {oar.name}: {r.status_code} {r.text[:300]}")
+            time.sleep(2)
+        self.wait_ready(deadline - time.monotonic(), apps=(name,))
 
     def stop(self, remove: bool = False) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -135,3 +204,26 @@ class OnosServer:
         self.proc = None
         if remove:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- REST ---------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, **kw: object) -> requests.Response:
+        """`path` under /onos/v1, or absolute from the root when it starts with /onos/."""
+        url = (self.root if path.startswith("/onos/") else self.url) + path
+        kw.setdefault("timeout", 15)
+        return requests.request(method, url, auth=self.auth, **kw)  # type: ignore[arg-type]
+
+    def get(self, path: str) -> dict:
+        r = self.request("GET", path)
+        r.raise_for_status()
+        return r.json()
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return (self.dir / "onos.log").read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def karaf_log(self) -> str:
+        logs = sorted(self.home.glob("apache-karaf-*/data/log/karaf.log"))
+        return logs[-1].read_text(errors="replace") if logs else ""

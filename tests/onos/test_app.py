@@ -1,0 +1,197 @@
+"""The ONOS app (onos-app/) installed from its built .oar into a real ONOS 2.7.0 with the
+null providers' spine-leaf: the bundle wires and activates, the REST resource answers as
+documented (docs/onos-aggregation-api.md), placements become agg_job flow rules and leave
+with their job, the netcfg annotation `intSwitchId` reaches the device and the service, and
+the app's Java integration tests pass against this ONOS.
+
+Null-provider devices take PI flow rules without a pipeline behind them: this proves the
+app's translation inside ONOS, not that bmv2 accepts the entries (tests/p4 does that).
+Skipped, with the reason, where the ONOS built from source is missing (docs/service.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agg_optimizer.service import onosd
+from agg_optimizer.service.telemetry import int_switch_ids
+
+REPO = Path(__file__).resolve().parents[2]
+ONOS_APP = "org.innetagg.app"
+FIXTURES = REPO / "onos-app" / "src" / "test" / "resources" / "placements"
+RESOURCE = "/onos/innet-agg/aggregation"
+
+
+def until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.5)
+
+
+def fabric_ids(onos: onosd.OnosServer) -> dict[str, str]:
+    """The stand-in topology's names in the app's fixtures (device:leaf1..3, device:spine1,2,
+    hosts ...:01-04, two per leaf) → the null providers' devices and hosts."""
+    hosts = sorted(onos.get("/hosts")["hosts"], key=lambda h: h["id"])
+    by_leaf: dict[str, list[str]] = {}
+    for h in hosts:
+        by_leaf.setdefault(h["locations"][0]["elementId"], []).append(h["id"])
+    leaves = sorted(by_leaf)
+    spines = sorted(d["id"] for d in onos.get("/devices")["devices"] if d["id"] not in by_leaf)
+    ids = {f"device:leaf{i + 1}": leaf for i, leaf in enumerate(leaves)}
+    ids |= {f"device:spine{i + 1}": s for i, s in enumerate(spines)}
+    mine = by_leaf[leaves[0]][:2] + by_leaf[leaves[1]][:2]
+    ids |= {f"00:00:00:00:00:0{i + 1}/None": h for i, h in enumerate(mine)}
+    return ids
+
+
+def fixture(name: str, ids: dict[str, str]) -> str:
+    text = (FIXTURES / name).read_text()
+    return re.sub(
+        r'"(device:[a-z0-9]+|00:00:00:00:00:0\d/None)"',
+        lambda m: json.dumps(ids.get(m.group(1), m.group(1))),
+        text,
+    )
+
+
+def agg_rules(onos: onosd.OnosServer) -> list[dict]:
+    return [
+        f
+        for f in onos.get("/flows").get("flows", [])
+        if f.get("appId") == ONOS_APP
+        and str(f.get("tableName", "")).endswith(".agg_job")
+        and f.get("state") != "PENDING_REMOVE"
+    ]
+
+
+def test_the_app_is_active_with_its_bundle_and_resource(onos_real: onosd.OnosServer) -> None:
+    app = onos_real.get(f"/applications/{ONOS_APP}")
+    assert app["state"] == "ACTIVE"
+    assert "org.onosproject.drivers.bmv2" in app["requiredApps"]
+    # Our resource's own 404 message: Jetty's would mean the bundle never started.
+    r = onos_real.request("GET", f"{RESOURCE}/absent")
+    assert r.status_code == 404
+    assert "no placement for 'absent'" in r.json()["message"]
+    log = onos_real.karaf_log()
+    assert "Importing java.* packages not allowed" not in log
+    assert re.search(r"org\.innetagg\.bmv2", log), "the pipeconf never appeared in ONOS's log"
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("unknown-device.json", "jobs[0].aggregators[1].switch"),
+        ("pool-outside.json", "jobs[0].aggregators[1].pool"),
+        ("fan-in-zero.json", "jobs[0].aggregators[0].fan_in"),
+        ("job-mismatch.json", "jobs[0].job_id"),
+        ("two-jobs.json", "jobs"),
+        ("same-switch-twice.json", "jobs[0].aggregators[1].switch"),
+        ("not-json.txt", "body"),
+    ],
+)
+def test_invalid_placements_answer_400_naming_the_field(
+    onos_real: onosd.OnosServer, name: str, field: str
+) -> None:
+    body = fixture(name, fabric_ids(onos_real))
+    r = onos_real.request(
+        "POST", f"{RESOURCE}/resnet-a", data=body, headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["message"].startswith(f"{field}: "), r.json()
+    assert onos_real.request("GET", f"{RESOURCE}/resnet-a").status_code == 404
+
+
+def test_a_placement_becomes_agg_job_rules_replace_and_delete_clean_up(
+    onos_real: onosd.OnosServer,
+) -> None:
+    ids = fabric_ids(onos_real)
+    doc = json.loads(fixture("valid.json", ids))
+    switches = {a["switch"] for a in doc["jobs"][0]["aggregators"]}
+    headers = {"Content-Type": "application/json"}
+    url = f"{RESOURCE}/resnet-a"
+    try:
+        r = onos_real.request("POST", url, data=json.dumps(doc), headers=headers)
+        assert r.status_code == 201, r.text
+        until(lambda: {f["deviceId"] for f in agg_rules(onos_real)} == switches)
+        rules = agg_rules(onos_real)
+        assert len(rules) == len(switches)
+        for rule in rules:
+            text = json.dumps(rule)
+            assert "agg_job" in text and "IngressPipe.aggregation" in text, rule
+        assert (
+            onos_real.request("POST", url, data=json.dumps(doc), headers=headers).status_code == 200
+        )
+        shown = onos_real.request("GET", url).json()
+        assert shown["jobs"][0]["job_id"] == "resnet-a"
+        # Replacing with one aggregator fewer removes that switch's entry.
+        fewer = json.loads(json.dumps(doc))
+        dropped = fewer["jobs"][0]["aggregators"].pop()
+        fewer["jobs"][0]["aggregators"][0]["next_hop"] = dropped["next_hop"]
+        r = onos_real.request("POST", url, data=json.dumps(fewer), headers=headers)
+        assert r.status_code == 200, r.text
+        until(
+            lambda: {f["deviceId"] for f in agg_rules(onos_real)} == switches - {dropped["switch"]}
+        )
+    finally:
+        assert onos_real.request("DELETE", url).status_code == 204
+    until(lambda: not agg_rules(onos_real))
+    assert onos_real.request("GET", url).status_code == 404
+
+
+def test_int_switch_id_netcfg_annotation_reaches_the_device_and_the_service(
+    onos_real: onosd.OnosServer,
+) -> None:
+    device = sorted(d["id"] for d in onos_real.get("/devices")["devices"])[0]
+    cfg = f"/network/configuration/devices/{device}/annotations"
+    r = onos_real.request("POST", cfg, json={"entries": {"intSwitchId": "77"}})
+    assert r.status_code == 200, r.text
+    try:
+        until(lambda: onos_real.get(f"/devices/{device}")["annotations"].get("intSwitchId") == "77")
+        mapping = int_switch_ids(onos_real.get("/devices"))
+        assert mapping["77"] == device
+    finally:
+        onos_real.request("DELETE", cfg)
+
+
+def test_the_java_integration_tests_pass_against_this_onos(onos_real: onosd.OnosServer) -> None:
+    app = REPO / "onos-app"
+    if not (app / "target" / "test-classes").is_dir():
+        pytest.skip("onos-app not compiled: `make onos-app-test` builds it")
+    report = (
+        app / "target" / "surefire-reports" / "TEST-org.innetagg.onos.it.OnosIntegrationTest.xml"
+    )
+    report.unlink(missing_ok=True)
+    env = {**os.environ, "ONOS_URL": onos_real.root}
+    mvn = os.environ.get("MVN", "mvn")
+    out = subprocess.run(
+        [mvn, "-B", "-q", "surefire:test", "-Dtest=OnosIntegrationTest", "-DfailIfNoTests=false"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    # The tests reinstall the app: wait until Karaf's refresh is over for what follows.
+    onos_real.wait_ready(180, apps=(ONOS_APP,))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    suite = ET.parse(Path(report)).getroot()
+    assert (
+        suite.get("tests"),
+        suite.get("skipped"),
+        suite.get("failures"),
+        suite.get("errors"),
+    ) == (
+        "2",
+        "0",
+        "0",
+        "0",
+    )
