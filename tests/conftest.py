@@ -5,6 +5,7 @@ from source outside the repository, docs/service.md) for the service and onos-ap
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,14 @@ def influx() -> Iterator[InfluxServer]:
 
 
 @pytest.fixture
+def bucket(influx: InfluxServer) -> str:
+    """A database of its own on the session's InfluxDB, as a v2 bucket name."""
+    name = "s" + uuid.uuid4().hex[:12]
+    influx.query_v1(f'CREATE DATABASE "{name}"')
+    return f"{name}/autogen"
+
+
+@pytest.fixture
 def fresh_server() -> Iterator[InfluxServer]:
     """A server of its own, for tests that stop and restart it."""
     srv = _server()
@@ -42,6 +51,7 @@ def fresh_server() -> Iterator[InfluxServer]:
 
 REPO = Path(__file__).resolve().parents[1]
 ONOS_APP = "org.innetagg.app"
+ONOS_APP_PROBE = "/onos/innet-agg/aggregation/absent"  # our resource's JSON 404
 
 
 def built_oar() -> Path | None:
@@ -60,10 +70,12 @@ def onos_real() -> Iterator[onosd.OnosServer]:
     oar = built_oar()
     if oar is None:
         pytest.skip("no onos-app/target/*.oar to install: `make onos-app` builds it")
-    srv = onosd.OnosServer("spineleaf,2,3,2")
-    srv.start()
+    attach = os.environ.get("INNET_AGG_ONOS_ATTACH")  # an OnosServer's dir, left running
+    srv = onosd.OnosServer.attach(Path(attach)) if attach else onosd.OnosServer("spineleaf,2,3,2")
+    if not attach:
+        srv.start()
     try:
-        srv.install_app(oar, ONOS_APP)
+        srv.install_app(oar, ONOS_APP, probe=ONOS_APP_PROBE)
         yield srv
     finally:
         srv.stop(remove=True)

@@ -173,7 +173,11 @@ def test_the_java_integration_tests_pass_against_this_onos(onos_real: onosd.Onos
     env = {**os.environ, "ONOS_URL": onos_real.root}
     mvn = os.environ.get("MVN", "mvn")
     out = subprocess.run(
-        [mvn, "-B", "-q", "surefire:test", "-Dtest=OnosIntegrationTest", "-DfailIfNoTests=false"],
+        [
+            *(mvn, "-B", "-q", "surefire:test", "-Dtest=OnosIntegrationTest"),
+            # ONOS's parent POM reruns failures: a test passing on its second try is a failure
+            *("-DfailIfNoTests=false", "-Dsurefire.rerunFailingTestsCount=0"),
+        ],
         cwd=app,
         env=env,
         capture_output=True,
@@ -184,14 +188,8 @@ def test_the_java_integration_tests_pass_against_this_onos(onos_real: onosd.Onos
     onos_real.wait_ready(180, apps=(ONOS_APP,))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     suite = ET.parse(Path(report)).getroot()
-    assert (
-        suite.get("tests"),
-        suite.get("skipped"),
-        suite.get("failures"),
-        suite.get("errors"),
-    ) == (
-        "2",
-        "0",
-        "0",
-        "0",
-    )
+    cases = {c.get("name"): [e.tag for e in c] for c in suite.iter("testcase")}
+    assert cases == {
+        "appInstallsActivatesAndAnswers": [],
+        "aPlacementBecomesFlowRulesAndDeleteRemovesThem": [],
+    }

@@ -173,12 +173,17 @@ class Bmv2:
         return r.stdout
 
 
+ETH_P_ALL = 0x0003
+
+
 class RawPort:
     """A raw socket on a host-side veth: send frames into the switch, read what it sends."""
 
     def __init__(self, ifname: str) -> None:
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-        self.sock.bind((ifname, 0))
+        # Protocol 0 receives nothing until bound: a socket opened with ETH_P_ALL would take
+        # frames of every interface (other processes' loopback traffic) until bind().
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        self.sock.bind((ifname, ETH_P_ALL))
 
     def close(self) -> None:
         self.sock.close()
@@ -238,6 +243,27 @@ class Hosts:
     def __exit__(self, *exc: object) -> None:
         for i in self.hosts:
             subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+
+    def wait_udp_listening(
+        self, i: int, port: int, proc: subprocess.Popen[str], timeout_s: float = 20.0
+    ) -> None:
+        """Until a socket in host i's namespace listens on UDP `port` (or `proc` exits)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = subprocess.run(
+                ["ip", "netns", "exec", self.ns(i), "ss", "-Huln", f"sport = :{port}"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            if out.strip():
+                return
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"host {i}'s process exited: {proc.stderr.read() if proc.stderr else ''}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on UDP {port} in host {i} after {timeout_s} s")
+            time.sleep(0.05)
 
     def run(self, i: int, argv: list[str]) -> subprocess.Popen[str]:
         return subprocess.Popen(

@@ -46,6 +46,9 @@ def run_job(hosts: bmv2.Hosts, job: int) -> list[dict[str, object]]:
         [*AGENT, "ps", *common, "--bind", f"10.0.0.{PS}:{UDP_PORT}"]
         + [a for w in range(WORKERS) for a in ("--worker-addr", f"10.0.0.{w + 1}:{UDP_PORT}")],
     )
+    # A chunk the switch completes before the PS listens is lost, and the workers' resends
+    # then arrive raw: the PS must listen before any worker sends.
+    hosts.wait_udp_listening(PS, UDP_PORT, ps)
     workers = [
         hosts.run(
             w + 1,

@@ -3,7 +3,6 @@ and the service app driven through FastAPI's TestClient."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,13 +14,6 @@ from agg_optimizer.service.settings import Settings
 from int_collector.influxd import InfluxServer
 
 from .onos_standin import StandinOnos
-
-
-@pytest.fixture
-def bucket(influx: InfluxServer) -> str:
-    name = "s" + uuid.uuid4().hex[:12]
-    influx.query_v1(f'CREATE DATABASE "{name}"')
-    return f"{name}/autogen"
 
 
 @pytest.fixture

@@ -30,6 +30,11 @@ import networkx as nx
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onos"
 
 
+# IntentsWebResource's own message; decoding a posted intent (IntentCodec) says "Application
+# ID is not found" instead.
+APP_ID_NOT_FOUND = "Application Id not found"
+
+
 def _decodes_as_long(s: str) -> bool:
     """Java's Long.decode: optional sign, then 0x/0X/# (hex), 0 (octal) or decimal digits."""
     body = s[1:] if s[:1] in "+-" else s
@@ -153,7 +158,7 @@ class StandinOnos:
             return 201, None
         if method == "GET" and len(p) == 2 and p[0] == "application":
             if p[1] not in self.apps:
-                return 404, {"code": 404, "message": "Application ID is not found"}
+                return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
             return 200, {
                 "intents": [self._encode(k, b) for k, b in self.intents.items() if k[0] == p[1]]
             }
@@ -161,7 +166,7 @@ class StandinOnos:
             # IntentsWebResource: the app must be registered; the key is looked up as a string,
             # then as Long.decode(key), whose NumberFormatException answers 400.
             if p[0] not in self.apps:
-                return 404, {"code": 404, "message": "Application ID is not found"}
+                return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
             key = (p[0], p[1])
             if self.unseen.get(key):
                 self.unseen[key] -= 1

@@ -85,9 +85,23 @@ class OnosServer:
         self.home = self.dir / "onos"
         shutil.copytree(default_onos(), self.home, symlinks=True)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.attached = False
         self.root = "http://127.0.0.1:8181"
         self.url = f"{self.root}/onos/v1"
         self.auth = ("onos", "rocks")
+
+    @classmethod
+    def attach(cls, home_dir: Path, shape: str = "spineleaf,2,3,2") -> OnosServer:
+        """One already running from `home_dir` (an earlier OnosServer's `dir`), for working
+        against a warm ONOS: `stop` leaves it alone."""
+        srv = cls.__new__(cls)
+        srv.shape, srv.apps, srv.dir, srv.home = shape, APPS, home_dir, home_dir / "onos"
+        srv.proc = None
+        srv.attached = True
+        srv.root = "http://127.0.0.1:8181"
+        srv.url = f"{srv.root}/onos/v1"
+        srv.auth = ("onos", "rocks")
+        return srv
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -172,9 +186,13 @@ class OnosServer:
                 )
             time.sleep(2)
 
-    def install_app(self, oar: Path, name: str, timeout_s: float = 180.0) -> None:
+    def install_app(
+        self, oar: Path, name: str, timeout_s: float = 180.0, probe: str | None = None
+    ) -> None:
         """Install and activate an .oar (replacing an installed one), then wait for ONOS to be
-        ready again: activating may make Karaf refresh the core bundles."""
+        ready again: activating may make Karaf refresh the core bundles. ONOS reports the app
+        ACTIVE before pax-web has started its web context: `probe`, a path of the app's REST
+        API, is asked until it answers JSON (any status; Jetty's own 404 is HTML)."""
         self.request("DELETE", f"/applications/{name}")
         deadline = time.monotonic() + timeout_s
         while True:
@@ -192,8 +210,17 @@ class OnosServer:
                 raise OnosNotReady(f"installing {oar.name}: {r.status_code} {r.text[:300]}")
             time.sleep(2)
         self.wait_ready(deadline - time.monotonic(), apps=(name,))
+        while probe is not None:
+            r = self.request("GET", probe)
+            if r.headers.get("Content-Type", "").startswith("application/json"):
+                break
+            if time.monotonic() > deadline:
+                raise OnosNotReady(f"{probe} still answers {r.status_code} without JSON")
+            time.sleep(0.5)
 
     def stop(self, remove: bool = False) -> None:
+        if self.attached:
+            return
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, 15)
             try:

@@ -65,8 +65,17 @@ public class OnosIntegrationTest {
             Thread.sleep(1000);
         }
         assertTrue(state, state.contains("\"state\":\"ACTIVE\""));
-        HttpResponse<String> absent = send(HttpRequest.newBuilder(
-                URI.create(base + "/onos/innet-agg/aggregation/it-absent")).GET());
+        // ONOS says ACTIVE before pax-web has started the bundle's web context; until then
+        // Jetty answers its own HTML 404.
+        HttpResponse<String> absent = null;
+        for (int i = 0; i < 60; i++) {
+            absent = send(HttpRequest.newBuilder(
+                    URI.create(base + "/onos/innet-agg/aggregation/it-absent")).GET());
+            if (absent.headers().firstValue("Content-Type").orElse("").startsWith("application/json")) {
+                break;
+            }
+            Thread.sleep(500);
+        }
         // Our resource's 404 carries our message; a missing web context would not.
         assertEquals(404, absent.statusCode());
         assertTrue(absent.body(), absent.body().contains("no placement for 'it-absent'"));
