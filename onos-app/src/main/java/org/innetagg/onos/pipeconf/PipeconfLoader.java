@@ -2,6 +2,8 @@ package org.innetagg.onos.pipeconf;
 
 import org.onosproject.net.behaviour.Pipeliner;
 import org.onosproject.net.behaviour.inbandtelemetry.IntProgrammable;
+import org.onosproject.net.driver.DriverAdminService;
+import org.onosproject.net.driver.DriverProvider;
 import org.onosproject.net.pi.model.DefaultPiPipeconf;
 import org.onosproject.net.pi.model.PiPipeconf;
 import org.onosproject.net.pi.model.PiPipeconfId;
@@ -19,6 +21,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.net.URL;
+import java.util.Set;
 
 import static org.onosproject.net.pi.model.PiPipeconf.ExtensionType.BMV2_JSON;
 import static org.onosproject.net.pi.model.PiPipeconf.ExtensionType.P4_INFO_TEXT;
@@ -39,12 +42,16 @@ public final class PipeconfLoader {
     @Reference(cardinality = ReferenceCardinality.MANDATORY)
     protected PiPipeconfService pipeconfService;
 
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected DriverAdminService driverAdminService;
+
     @Activate
     protected void activate() {
         // A stale registration survives a crashed deactivate; registering twice throws.
         if (pipeconfService.getPipeconf(PIPECONF_ID).isPresent()) {
             pipeconfService.unregister(PIPECONF_ID);
         }
+        dropMergedDrivers();
         pipeconfService.register(buildPipeconf());
         log.info("Registered pipeconf {}", PIPECONF_ID);
     }
@@ -52,7 +59,33 @@ public final class PipeconfLoader {
     @Deactivate
     protected void deactivate() {
         pipeconfService.unregister(PIPECONF_ID);
+        dropMergedDrivers();
         log.info("Unregistered pipeconf {}", PIPECONF_ID);
+    }
+
+    /**
+     * Removes the drivers ONOS merged from our pipeconf with a device's base driver
+     * ({@code bmv2:org.innetagg.bmv2}). ONOS 2.7 keeps them after the pipeconf is unregistered
+     * (PiPipeconfManager.unregister: "TODO add mechanism to remove from device") and reuses one
+     * by name: after this app is upgraded or reinstalled, devices would go on running the
+     * behaviours of the uninstalled bundle, whose service lookups fail (seen in a real ONOS:
+     * "INT init failed: Service ...IntSwitchIdService not found"). Without them ONOS merges
+     * again from the pipeconf registered now, at the next driver lookup.
+     */
+    void dropMergedDrivers() {
+        String suffix = ":" + PIPECONF_ID.id();
+        int dropped = 0;
+        for (DriverProvider provider : Set.copyOf(driverAdminService.getProviders())) {
+            Set<?> drivers = provider.getDrivers();
+            if (!drivers.isEmpty() && provider.getDrivers().stream()
+                    .allMatch(d -> d.name().endsWith(suffix))) {
+                driverAdminService.unregisterProvider(provider);
+                dropped++;
+            }
+        }
+        if (dropped > 0) {
+            log.info("Dropped {} driver(s) merged from an earlier {}", dropped, PIPECONF_ID);
+        }
     }
 
     /** The pipeconf: the model parsed from the bundled P4Info, our behaviours, bmv2's JSON. */

@@ -62,7 +62,13 @@ public class IntSwitchIdManager implements IntSwitchIdService {
     public synchronized int switchId(DeviceId deviceId) {
         Map<DeviceId, Integer> held = switchIds();
         if (held.containsKey(deviceId)) {
-            return held.get(deviceId);
+            int id = held.get(deviceId);
+            // The number outlives its annotation when the device's netcfg is removed (a device
+            // deleted and added again): publish it again, or telemetry stays unmapped.
+            if (!published(deviceId, id)) {
+                publish(deviceId, id);
+            }
+            return id;
         }
         Map<DeviceId, Integer> claimed = claimed();
         Integer own = claimed.get(deviceId);
@@ -110,6 +116,16 @@ public class IntSwitchIdManager implements IntSwitchIdService {
             }
         }
         return out;
+    }
+
+    /** Whether the device, or its netcfg waiting to be applied, carries `id` already. */
+    private boolean published(DeviceId deviceId, int id) {
+        Device device = deviceService.getDevice(deviceId);
+        if (device != null && parse(device.annotations().value(ANNOTATION)).orElse(-1) == id) {
+            return true;
+        }
+        DeviceAnnotationConfig cfg = netcfgService.getConfig(deviceId, DeviceAnnotationConfig.class);
+        return cfg != null && parse(cfg.annotations().get(ANNOTATION)).orElse(-1) == id;
     }
 
     static Optional<Integer> parse(String value) {

@@ -119,6 +119,18 @@ public class IntSwitchIdManagerTest {
     }
 
     @Test
+    public void aHeldNumberIsPublishedAgainWhenItsNetcfgWasRemoved() {
+        device(S1);
+        assertEquals(1, ids.switchId(S1));
+        assertEquals(1, ids.switchId(S1));
+        assertEquals(1, netcfg.applied);  // held and published: nothing to do
+        netcfg.annotations.remove(S1);  // the device's netcfg deleted, the store keeps S1 -> 1
+        assertEquals(1, ids.switchId(S1));
+        assertEquals("1", netcfg.annotations.get(S1).path("entries").path("intSwitchId").asText());
+        assertEquals(2, netcfg.applied);
+    }
+
+    @Test
     public void publishingKeepsTheOperatorsOtherAnnotations() throws Exception {
         device(S1);
         netcfg.annotations.put(S1, new ObjectMapper().readTree("{\"entries\": {\"name\": \"leaf-1\"}}"));
