@@ -3,7 +3,7 @@ stand-in serving the part of ONOS 2.7's REST API it uses (ApplicationsWebResourc
 NullProviders configuration, hosts, devices, network configuration); and the compose file's
 ONOS wiring against the app's sources (pom.xml, the pipeconf id, the P4 CPU port).
 
-Not run here: a real ONOS (its release tarball answers 404 on Maven Central, docs/service.md).
+The app in a real ONOS 2.7.0 (built from source where it exists) is tests/onos's business.
 """
 
 from __future__ import annotations

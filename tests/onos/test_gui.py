@@ -193,6 +193,9 @@ def test_the_overlay_shows_a_placed_job(
     assert subdued, "nothing outside the job is subdued"
     assert not set(subdued) & set(expected), "an element of the job is subdued"
 
+    # For the picture: the pointer off the toolbar's tooltips, the H key's flash message gone.
+    ActionChains(browser).move_to_element(panel[0]).perform()
+    until(lambda: not browser.find_elements(By.CSS_SELECTOR, "#flash svg"), 10, "flash gone")
     shot = os.environ.get("INNET_AGG_GUI_SCREENSHOT")
     path = Path(shot) if shot else Path(onos_real.dir) / "gui-overlay.png"
     path.parent.mkdir(parents=True, exist_ok=True)
