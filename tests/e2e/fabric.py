@@ -14,8 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,17 +33,6 @@ s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((ifname, 0))
 s.send(b"\\xff" * 6 + mac + b"\\x08\\x06" + arp)
 """
-
-
-def until(check: Callable[[], Any], timeout_s: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not seen in {timeout_s} s: {what}")
-        time.sleep(0.5)
 
 
 def grpc_switch() -> str | None:
@@ -108,8 +95,8 @@ class Fabric:
             self._wire()
             self._start_switches()
             self._configure_onos()
-            until(self._devices_up, 90, "every switch available in ONOS")
-            until(self._links_up, 60, "every link discovered by ONOS")
+            onosd.wait_for(self._devices_up, 90, "every switch available in ONOS")
+            onosd.wait_for(self._links_up, 60, "every link discovered by ONOS")
             return self
         except BaseException:
             self.stop()
@@ -160,7 +147,7 @@ class Fabric:
             )
             log.close()
         for sw in self.switches.values():
-            until(lambda s=sw: _listening(s.grpc), 20, f"{sw.name}'s gRPC server")
+            onosd.wait_for(lambda s=sw: _listening(s.grpc), 20, f"{sw.name}'s gRPC server")
 
     def netcfg(self) -> dict[str, Any]:
         return {
@@ -241,7 +228,7 @@ class Fabric:
                 out[h] = x
             return out
 
-        return until(learned, 60, "every host learned at its port")
+        return onosd.wait_for(learned, 60, "every host learned at its port")
 
     def stop(self) -> None:
         for sw in self.switches.values():

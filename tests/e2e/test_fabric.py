@@ -18,7 +18,7 @@ from agg_optimizer.service import onosd
 from agg_optimizer.service.app import create_app
 from agg_optimizer.service.settings import Settings
 
-from .fabric import Fabric, skip_reason, until
+from .fabric import Fabric, skip_reason
 
 SPINE_LEAF = dict(
     switches=["s1", "l1", "l2"],
@@ -54,7 +54,7 @@ def test_onos_sees_the_fabric_and_its_hosts(fabric: Fabric) -> None:
     assert sorted(hosts) == [1, 2, 3, 4]
     for sw in fabric.switches.values():
         flows = fabric.onos.get(f"/flows/{sw.device}")["flows"]
-        until(
+        onosd.wait_for(
             lambda d=sw.device: (
                 {f["state"] for f in fabric.onos.get(f"/flows/{d}")["flows"]} == {"ADDED"}
             ),
@@ -96,9 +96,9 @@ def test_a_job_placed_by_the_service_lands_on_the_switches(
                 if str(f.get("tableName", "")).endswith(".agg_job") and f["state"] == "ADDED"
             }
 
-        until(lambda: agg_entries() == placed, 60, f"agg_job ADDED on {placed}")
+        onosd.wait_for(lambda: agg_entries() == placed, 60, f"agg_job ADDED on {placed}")
         intents = fabric.onos.get(f"/intents/application/{s.onos_app_id}")["intents"]
         assert {i["state"] for i in intents} == {"INSTALLED"} and len(intents) == 3
         assert c.delete("/api/v1/jobs/e2e").status_code == 200
-        until(lambda: not agg_entries(), 60, "agg_job entries removed")
+        onosd.wait_for(lambda: not agg_entries(), 60, "agg_job entries removed")
     app.state.service.close()

@@ -15,9 +15,7 @@ import json
 import os
 import re
 import subprocess
-import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,13 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 ONOS_APP = "org.innetagg.app"
 FIXTURES = REPO / "onos-app" / "src" / "test" / "resources" / "placements"
 RESOURCE = "/onos/innet-agg/aggregation"
-
-
-def until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.5)
 
 
 def fabric_ids(onos: onosd.OnosServer) -> dict[str, str]:
@@ -61,16 +52,6 @@ def fixture(name: str, ids: dict[str, str]) -> str:
         lambda m: json.dumps(ids.get(m.group(1), m.group(1))),
         text,
     )
-
-
-def agg_rules(onos: onosd.OnosServer) -> list[dict]:
-    return [
-        f
-        for f in onos.get("/flows").get("flows", [])
-        if f.get("appId") == ONOS_APP
-        and str(f.get("tableName", "")).endswith(".agg_job")
-        and f.get("state") != "PENDING_REMOVE"
-    ]
 
 
 def test_the_app_is_active_with_its_bundle_and_resource(onos_real: onosd.OnosServer) -> None:
@@ -121,8 +102,10 @@ def test_a_placement_becomes_agg_job_rules_replace_and_delete_clean_up(
     try:
         r = onos_real.request("POST", url, data=json.dumps(doc), headers=headers)
         assert r.status_code == 201, r.text
-        until(lambda: {f["deviceId"] for f in agg_rules(onos_real)} == switches)
-        rules = agg_rules(onos_real)
+        onosd.wait_for(
+            lambda: {f["deviceId"] for f in onos_real.table_flows(".agg_job")} == switches
+        )
+        rules = onos_real.table_flows(".agg_job")
         assert len(rules) == len(switches)
         for rule in rules:
             text = json.dumps(rule)
@@ -138,12 +121,15 @@ def test_a_placement_becomes_agg_job_rules_replace_and_delete_clean_up(
         fewer["jobs"][0]["aggregators"][0]["next_hop"] = dropped["next_hop"]
         r = onos_real.request("POST", url, data=json.dumps(fewer), headers=headers)
         assert r.status_code == 200, r.text
-        until(
-            lambda: {f["deviceId"] for f in agg_rules(onos_real)} == switches - {dropped["switch"]}
+        onosd.wait_for(
+            lambda: (
+                {f["deviceId"] for f in onos_real.table_flows(".agg_job")}
+                == switches - {dropped["switch"]}
+            )
         )
     finally:
         assert onos_real.request("DELETE", url).status_code == 204
-    until(lambda: not agg_rules(onos_real))
+    onosd.wait_for(lambda: not onos_real.table_flows(".agg_job"))
     assert onos_real.request("GET", url).status_code == 404
 
 
@@ -155,7 +141,9 @@ def test_int_switch_id_netcfg_annotation_reaches_the_device_and_the_service(
     r = onos_real.request("POST", cfg, json={"entries": {"intSwitchId": "77"}})
     assert r.status_code == 200, r.text
     try:
-        until(lambda: onos_real.get(f"/devices/{device}")["annotations"].get("intSwitchId") == "77")
+        onosd.wait_for(
+            lambda: onos_real.get(f"/devices/{device}")["annotations"].get("intSwitchId") == "77"
+        )
         mapping = int_switch_ids(onos_real.get("/devices"))
         assert mapping["77"] == device
     finally:

@@ -16,8 +16,7 @@ import shutil
 import socket
 import struct
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,6 @@ PIPECONF = "org.innetagg.bmv2"
 ONOS_APP = "org.innetagg.app"
 INT_APP = "org.onosproject.inbandtelemetry"
 HOST_MAC = {1: "00:00:00:00:0A:01", 2: "00:00:00:00:0A:02"}
-
-
-def until(check: Callable[[], Any], timeout_s: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"not seen in {timeout_s} s: {what}"
-        time.sleep(0.5)
 
 
 def _grpc_switch() -> str | None:
@@ -99,7 +88,7 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
         )
         assert r.status_code == 200, r.text
     try:
-        until(lambda: _listening(grpc_port) or proc.poll() is not None, 20, "gRPC server")
+        onosd.wait_for(lambda: _listening(grpc_port) or proc.poll() is not None, 20, "gRPC server")
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         cfg = {
             "devices": {
@@ -114,7 +103,7 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
         }
         r = onos_real.request("POST", "/network/configuration", json=cfg)
         assert r.status_code == 200, r.text
-        until(
+        onosd.wait_for(
             lambda: onos_real.request("GET", f"/devices/{DEVICE}").json().get("available"),
             90,
             "the bmv2 device available in ONOS",
@@ -132,7 +121,7 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
         # pipeconf's merged driver of a device it still lists, and GET /devices answers 404.
         onos_real.request("DELETE", f"/devices/{DEVICE}")
         onos_real.request("DELETE", f"/network/configuration/devices/{DEVICE}")
-        until(
+        onosd.wait_for(
             lambda: (
                 onos_real.request("GET", "/devices").status_code == 200
                 and DEVICE not in {d["id"] for d in onos_real.get("/devices")["devices"]}
@@ -161,8 +150,8 @@ def test_onos_pushes_our_pipeline_and_bmv2_holds_its_entries(device: dict) -> No
     onos = device["onos"]
     dev = onos.get(f"/devices/{DEVICE}")
     assert dev["driver"].startswith("bmv2") and PIPECONF in dev["driver"]
-    table0 = until(lambda: flows(onos, ".table0"), 60, "ONOS's entries in table0")
-    until(
+    table0 = onosd.wait_for(lambda: flows(onos, ".table0"), 60, "ONOS's entries in table0")
+    onosd.wait_for(
         lambda: {f["state"] for f in flows(onos, ".table0")} == {"ADDED"},
         60,
         f"table0 entries ADDED, states: {[f['state'] for f in table0]}",
@@ -171,7 +160,7 @@ def test_onos_pushes_our_pipeline_and_bmv2_holds_its_entries(device: dict) -> No
 
 def test_hosts_are_learned_through_our_packet_in(device: dict) -> None:
     onos = device["onos"]
-    until(lambda: flows(onos, ".table0"), 60, "the ARP punt entry")
+    onosd.wait_for(lambda: flows(onos, ".table0"), 60, "the ARP punt entry")
 
     def learned() -> bool:
         for i in (1, 2):
@@ -179,7 +168,7 @@ def test_hosts_are_learned_through_our_packet_in(device: dict) -> None:
         hosts = {h["mac"].upper(): h for h in onos.get("/hosts")["hosts"]}
         return all(mac in hosts for mac in HOST_MAC.values())
 
-    until(learned, 60, "both hosts learned")
+    onosd.wait_for(learned, 60, "both hosts learned")
     hosts = {h["mac"].upper(): h for h in onos.get("/hosts")["hosts"]}
     for i, mac in HOST_MAC.items():
         loc = hosts[mac]["locations"][0]
@@ -226,18 +215,18 @@ def test_the_int_app_drives_our_int_programmable(device: dict) -> None:
     }
     r = onos.request("POST", "/onos/int/intIntent", json=intent)
     assert r.status_code < 300, r.text
-    until(
+    onosd.wait_for(
         lambda: onos.get(f"/devices/{DEVICE}")["annotations"].get("intSwitchId"),
         60,
         "the intSwitchId annotation",
     )
     for table in (".int_switch", ".report_collector", ".int_watchlist"):
-        until(
+        onosd.wait_for(
             lambda t=table: [f for f in flows(onos, t) if f["state"] == "ADDED"],
             60,
             f"{table} entry ADDED: {json.dumps(flows(onos, table))[:500]}",
         )
-    groups = until(
+    groups = onosd.wait_for(
         lambda: [
             g
             for g in onos.get(f"/groups/{DEVICE}").get("groups", [])
@@ -275,14 +264,14 @@ def test_a_placement_lands_on_the_switch(device: dict) -> None:
     try:
         r = onos.request("POST", url, json=doc)
         assert r.status_code == 201, r.text
-        until(
+        onosd.wait_for(
             lambda: [f for f in flows(onos, ".agg_job") if f["state"] == "ADDED"],
             60,
             f"agg_job ADDED: {json.dumps(flows(onos, '.agg_job'))[:500]}",
         )
     finally:
         assert onos.request("DELETE", url).status_code == 204
-    until(lambda: not flows(onos, ".agg_job"), 60, "agg_job removed")
+    onosd.wait_for(lambda: not flows(onos, ".agg_job"), 60, "agg_job removed")
 
 
 def test_after_an_upgrade_of_the_app_devices_run_its_new_behaviours(device: dict) -> None:
@@ -293,21 +282,21 @@ def test_after_an_upgrade_of_the_app_devices_run_its_new_behaviours(device: dict
     # Device object bound (not ours to reach): it gets the new one when it reconnects.
     onos = device["onos"]
     test_the_int_app_drives_our_int_programmable(device)
-    until(lambda: collector_port(onos) == 32766, 30, "the collector port in bmv2")
+    onosd.wait_for(lambda: collector_port(onos) == 32766, 30, "the collector port in bmv2")
     oar = sorted((Path(__file__).resolve().parents[2] / "onos-app" / "target").glob("*.oar"))[-1]
     logged = len(onos.karaf_log())
     onos.install_app(oar, ONOS_APP, probe="/onos/innet-agg/aggregation/absent")
     assert onos.request("DELETE", f"/devices/{DEVICE}").status_code == 200
     r = onos.request("POST", "/network/configuration", json=device["netcfg"])
     assert r.status_code == 200, r.text
-    until(
+    onosd.wait_for(
         lambda: onos.request("GET", f"/devices/{DEVICE}").json().get("available"),
         60,
         "the device back",
     )
     test_hosts_are_learned_through_our_packet_in(device)  # removed with the device
     report_config(onos, 32767)
-    until(
+    onosd.wait_for(
         lambda: collector_port(onos) == 32767,
         60,
         f"the new collector port in bmv2: {json.dumps(flows(onos, '.report_collector'))[:800]}",

@@ -14,8 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from agg_optimizer.service.settings import Settings
 
 OVERLAY_ID = "innet-agg-overlay"  # innetAggTopovOverlay.js
 OVERLAY_GLYPH = f"{OVERLAY_ID}-funnel"
-
-
-def until(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"not seen in {timeout_s} s: {what}"
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +108,7 @@ def test_the_overlay_shows_a_placed_job(
     browser.find_element(By.ID, "submit").click()
     browser.get(f"{ui}/index.html#/topo")
     devices = {d["id"] for d in onos_real.get("/devices")["devices"]}
-    until(
+    onosd.wait_for(
         lambda: (
             len([n for n in browser.execute_script(NODES_JS) if "device" in n["cls"]])
             == len(devices)
@@ -137,7 +126,7 @@ def test_the_overlay_shows_a_placed_job(
         browser.find_element(By.CSS_SELECTOR, ".tbar-arrow").click()
 
     def overlay_button(glyph: str) -> Any:
-        return until(
+        return onosd.wait_for(
             lambda: browser.find_elements(
                 By.XPATH,
                 f"//div[contains(@class,'radioButton')][.//*[local-name()='use']"
@@ -161,16 +150,16 @@ def test_the_overlay_shows_a_placed_job(
                 return False
             return True
 
-        until(clicked, 10, f"a click on {glyph}")
+        onosd.wait_for(clicked, 10, f"a click on {glyph}")
 
     if prefs.get("ovid") == OVERLAY_ID:  # selecting it again would do nothing
         click("m_unknown")  # the 'no overlay' button
     click(OVERLAY_GLYPH)
     keys.send_keys("V").perform()
-    panel = until(
+    panel = onosd.wait_for(
         lambda: browser.find_elements(By.CSS_SELECTOR, "#innet-agg-job-panel h2"), 30, "panel"
     )
-    until(lambda: panel[0].text == "resnet-gui", 30, "the job's panel")
+    onosd.wait_for(lambda: panel[0].text == "resnet-gui", 30, "the job's panel")
 
     badges = {placed_job["ps"]: "PS"}
     for agg in placed_job["aggregators"]:
@@ -183,7 +172,7 @@ def test_the_overlay_shows_a_placed_job(
 
     assert list(badges.values()).count("W") == 5 and len(placed_job["aggregators"]) >= 1
     expected = {safe(k): v for k, v in badges.items()}
-    until(
+    onosd.wait_for(
         lambda: all(drawn().get(k) == v for k, v in expected.items()),
         30,
         f"badges {expected}, drawn: {drawn()}",
@@ -195,7 +184,9 @@ def test_the_overlay_shows_a_placed_job(
 
     # For the picture: the pointer off the toolbar's tooltips, the H key's flash message gone.
     ActionChains(browser).move_to_element(panel[0]).perform()
-    until(lambda: not browser.find_elements(By.CSS_SELECTOR, "#flash svg"), 10, "flash gone")
+    onosd.wait_for(
+        lambda: not browser.find_elements(By.CSS_SELECTOR, "#flash svg"), 10, "flash gone"
+    )
     shot = os.environ.get("INNET_AGG_GUI_SCREENSHOT")
     path = Path(shot) if shot else Path(onos_real.dir) / "gui-overlay.png"
     path.parent.mkdir(parents=True, exist_ok=True)

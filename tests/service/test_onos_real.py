@@ -8,8 +8,7 @@ ONOS"); skipped with the reason where it is missing.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,24 +18,6 @@ from agg_optimizer.service.app import create_app
 from agg_optimizer.service.settings import Settings
 
 ONOS_APP = "org.innetagg.app"
-
-
-def until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.5)
-
-
-def agg_rules(onos: onosd.OnosServer) -> list[dict]:
-    flows = onos.get("/flows").get("flows", [])
-    return [
-        f
-        for f in flows
-        if f.get("appId") == ONOS_APP
-        and str(f.get("tableName", "")).endswith(".agg_job")
-        and f.get("state") != "PENDING_REMOVE"
-    ]
 
 
 @pytest.fixture
@@ -74,14 +55,14 @@ def test_placement_installs_intents_and_aggregation_entries_delete_removes_both(
     assert {i["state"] for i in listed} == {"INSTALLED"} and len(listed) == 3
     placed = res["placement"]
     assert placed["aggregators"], placed
-    rules = agg_rules(onos_real)
+    rules = onos_real.table_flows(".agg_job")
     assert {r["deviceId"] for r in rules} == {a["switch"] for a in placed["aggregators"]}
     stored = onos_real.request("GET", "/onos/innet-agg/aggregation/j1")
     assert stored.status_code == 200, stored.text
     assert service.post("/api/v1/jobs/j1/placement").json()["changes"]["submit"] == []
     assert service.delete("/api/v1/jobs/j1").status_code == 200
-    until(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
-    until(lambda: not agg_rules(onos_real))
+    onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
+    onosd.wait_for(lambda: not onos_real.table_flows(".agg_job"))
     assert onos_real.request("GET", "/onos/innet-agg/aggregation/j1").status_code == 404
 
 
@@ -94,7 +75,7 @@ def test_reconcile_resubmits_intents_onos_lost(
     keys = sorted(i["key"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"])
     lost = keys[0]
     assert onos_real.request("DELETE", f"/intents/{app_id}/{lost}").status_code == 204
-    until(
+    onosd.wait_for(
         lambda: (
             lost
             not in {i["key"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"]}
@@ -107,4 +88,4 @@ def test_reconcile_resubmits_intents_onos_lost(
     }
     assert states == dict.fromkeys(keys, "INSTALLED")
     assert service.delete("/api/v1/jobs/j2").status_code == 200
-    until(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
+    onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])

@@ -18,7 +18,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -39,6 +41,19 @@ APPS = (
 # Karaf 4.2.9 on a Java 11 newer than 11.0.19 rejects its own jars ("Invalid CEN header")
 # without this; harmless where the check does not exist.
 JAVA_OPTS = "-Xms256m -Xmx1500m -Djdk.util.zip.disableZip64ExtraFieldValidation=true"
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -> Any:
+    """Poll `check` until it returns something truthy, and return that; an AssertionError
+    naming `what` when `timeout_s` passes first (ONOS changes state asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen in {timeout_s} s: {what or check}")
+        time.sleep(0.3)
 
 
 def cache_dir() -> Path:
@@ -244,6 +259,17 @@ class OnosServer:
         r = self.request("GET", path)
         r.raise_for_status()
         return r.json()
+
+    def table_flows(self, table_suffix: str, device: str | None = None) -> list[dict]:
+        """Flow rules of a PI table (ONOS 2.7 names it in `tableName`; `tableId` is a number),
+        on one device or all, leaving out those ONOS is removing."""
+        flows = self.get(f"/flows/{device}" if device else "/flows").get("flows", [])
+        return [
+            f
+            for f in flows
+            if str(f.get("tableName", "")).endswith(table_suffix)
+            and f.get("state") != "PENDING_REMOVE"
+        ]
 
     def log_tail(self, n: int = 3000) -> str:
         try:
