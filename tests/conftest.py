@@ -59,6 +59,29 @@ def built_oar() -> Path | None:
     return built[-1] if built else None
 
 
+@pytest.fixture
+def onos_service(onos_real: onosd.OnosServer, influx: InfluxServer, bucket: str, tmp_path: Path):
+    """The optimizer service against the session's real ONOS (no control loop), through
+    FastAPI's TestClient; its intents go under the default app id."""
+    from fastapi.testclient import TestClient
+
+    from agg_optimizer.service.app import create_app
+    from agg_optimizer.service.settings import Settings
+
+    settings = Settings(
+        onos_url=onos_real.url,
+        influx_url=influx.url,
+        influx_bucket=bucket,
+        db_path=tmp_path / "db",
+        reoptimize_period_s=0,
+        intent_wait_s=60,
+    )
+    app = create_app(settings, loop=False)
+    with TestClient(app) as c:
+        yield c
+    app.state.service.close()
+
+
 @pytest.fixture(scope="session")
 def onos_real() -> Iterator[onosd.OnosServer]:
     """One real ONOS 2.7.0 per session (boot takes a minute or more), with the null

@@ -11,8 +11,6 @@ then discovered by ONOS's LLDP through our packet-in/out, and hosts by the ARP t
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,26 +31,6 @@ s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((ifname, 0))
 s.send(b"\\xff" * 6 + mac + b"\\x08\\x06" + arp)
 """
-
-
-def grpc_switch() -> str | None:
-    found = shutil.which("simple_switch_grpc")
-    local = bmv2.P4_BIN / "simple_switch_grpc"
-    return found or (str(local) if local.exists() else None)
-
-
-def skip_reason() -> str | None:
-    if grpc_switch() is None:
-        return f"bmv2 with P4Runtime not installed: no simple_switch_grpc in {bmv2.P4_BIN}"
-    if shutil.which("ip") is None or os.geteuid() != 0:
-        return "veth pairs and network namespaces need root and iproute2"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -128,17 +106,24 @@ class Fabric:
                 subprocess.run(cmd, check=True, capture_output=True)
 
     def _start_switches(self) -> None:
-        binary = grpc_switch()
+        binary = bmv2.tool("simple_switch_grpc")
         assert binary
         for sw in self.switches.values():
-            sw.grpc = _free_port()
+            sw.grpc = bmv2.free_port()
             ifaces = [a for p, v in sorted(sw.ports.items()) for a in ("-i", f"{p}@{v}")]
             log = open(  # noqa: SIM115 - owned by the process
                 (self.log_dir / f"{sw.name}.log") if self.log_dir else os.devnull, "wb"
             )
             sw.proc = subprocess.Popen(
                 [
-                    *(binary, "--no-p4", "--device-id", "1", "--thrift-port", str(_free_port())),
+                    *(
+                        binary,
+                        "--no-p4",
+                        "--device-id",
+                        "1",
+                        "--thrift-port",
+                        str(bmv2.free_port()),
+                    ),
                     *ifaces,
                     *("--", "--grpc-server-addr", f"127.0.0.1:{sw.grpc}", "--cpu-port", "255"),
                 ],
@@ -147,7 +132,7 @@ class Fabric:
             )
             log.close()
         for sw in self.switches.values():
-            onosd.wait_for(lambda s=sw: _listening(s.grpc), 20, f"{sw.name}'s gRPC server")
+            onosd.wait_for(lambda s=sw: bmv2.listening(s.grpc), 20, f"{sw.name}'s gRPC server")
 
     def netcfg(self) -> dict[str, Any]:
         return {
@@ -245,8 +230,3 @@ class Fabric:
             subprocess.run(["ip", "netns", "del", self.ns(h)], capture_output=True)
         for v in self.veths:
             subprocess.run(["ip", "link", "del", v], capture_output=True)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0

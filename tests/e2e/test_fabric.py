@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service import onosd
-from agg_optimizer.service.app import create_app
-from agg_optimizer.service.settings import Settings
+from p4 import bmv2
 
-from .fabric import Fabric, skip_reason
+from .fabric import Fabric
 
+SERVICE_APP = "org.innetagg.optimizer"  # the service's default ONOS app id
 SPINE_LEAF = dict(
     switches=["s1", "l1", "l2"],
     links=[("l1", 1, "s1", 1), ("l2", 1, "s1", 2)],
@@ -29,18 +29,10 @@ SPINE_LEAF = dict(
 
 @pytest.fixture(scope="module")
 def fabric(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[Fabric]:
-    why = skip_reason()
+    why = bmv2.grpc_skip_reason()
     if why:
         pytest.skip(why)
-    # ONOS reads P4Runtime switches back every 30 s by default to mark entries ADDED.
-    for component, prop in (
-        ("flow.impl.FlowRuleManager", "fallbackFlowPollFrequency"),
-        ("group.impl.GroupManager", "fallbackGroupPollFrequency"),
-    ):
-        r = onos_real.request(
-            "POST", f"/configuration/org.onosproject.net.{component}", json={prop: "2"}
-        )
-        assert r.status_code == 200, r.text
+    onos_real.fast_readback()
     fab = Fabric(onos_real, log_dir=tmp_path_factory.mktemp("fabric"), **SPINE_LEAF)
     fab.start()
     try:
@@ -64,41 +56,31 @@ def test_onos_sees_the_fabric_and_its_hosts(fabric: Fabric) -> None:
 
 
 def test_a_job_placed_by_the_service_lands_on_the_switches(
-    fabric: Fabric, influx, bucket, tmp_path
+    fabric: Fabric, onos_service: TestClient
 ) -> None:
     hosts = fabric.announce_hosts()
-    s = Settings(
-        onos_url=fabric.onos.url,
-        influx_url=influx.url,
-        influx_bucket=bucket,
-        db_path=tmp_path / "db",
-        reoptimize_period_s=0,
-        intent_wait_s=60,
-    )
-    app = create_app(s, loop=False)
     job = {
         "id": "e2e",
         "workers": [hosts[i]["id"] for i in (1, 2, 3)],
         "ps": hosts[4]["id"],
         "update_bytes": 10_000_000,
     }
-    with TestClient(app) as c:
-        assert c.post("/api/v1/jobs", json=job).status_code == 201
-        res = c.post("/api/v1/jobs/e2e/placement").json()
-        assert res["status"] == "applied" and res["aggregation"] == "applied", res
-        placed = {a["switch"] for a in res["placement"]["aggregators"]}
-        assert placed and placed <= {sw.device for sw in fabric.switches.values()}
+    c = onos_service
+    assert c.post("/api/v1/jobs", json=job).status_code == 201
+    res = c.post("/api/v1/jobs/e2e/placement").json()
+    assert res["status"] == "applied" and res["aggregation"] == "applied", res
+    placed = {a["switch"] for a in res["placement"]["aggregators"]}
+    assert placed and placed <= {sw.device for sw in fabric.switches.values()}
 
-        def agg_entries() -> set[str]:
-            return {
-                f["deviceId"]
-                for f in fabric.onos.get("/flows")["flows"]
-                if str(f.get("tableName", "")).endswith(".agg_job") and f["state"] == "ADDED"
-            }
+    def agg_entries() -> set[str]:
+        return {
+            f["deviceId"]
+            for f in fabric.onos.get("/flows")["flows"]
+            if str(f.get("tableName", "")).endswith(".agg_job") and f["state"] == "ADDED"
+        }
 
-        onosd.wait_for(lambda: agg_entries() == placed, 60, f"agg_job ADDED on {placed}")
-        intents = fabric.onos.get(f"/intents/application/{s.onos_app_id}")["intents"]
-        assert {i["state"] for i in intents} == {"INSTALLED"} and len(intents) == 3
-        assert c.delete("/api/v1/jobs/e2e").status_code == 200
-        onosd.wait_for(lambda: not agg_entries(), 60, "agg_job entries removed")
-    app.state.service.close()
+    onosd.wait_for(lambda: agg_entries() == placed, 60, f"agg_job ADDED on {placed}")
+    intents = fabric.onos.get(f"/intents/application/{SERVICE_APP}")["intents"]
+    assert {i["state"] for i in intents} == {"INSTALLED"} and len(intents) == 3
+    assert c.delete("/api/v1/jobs/e2e").status_code == 200
+    onosd.wait_for(lambda: not agg_entries(), 60, "agg_job entries removed")

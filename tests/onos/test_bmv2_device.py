@@ -11,9 +11,6 @@ repository into /opt/p4); skipped, with the reason, without them or the ONOS bui
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -32,21 +29,6 @@ INT_APP = "org.onosproject.inbandtelemetry"
 HOST_MAC = {1: "00:00:00:00:0A:01", 2: "00:00:00:00:0A:02"}
 
 
-def _grpc_switch() -> str | None:
-    found = shutil.which("simple_switch_grpc") or (
-        str(bmv2.P4_BIN / "simple_switch_grpc")
-        if (bmv2.P4_BIN / "simple_switch_grpc").exists()
-        else None
-    )
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def arp_request(i: int) -> bytes:
     """Host i (10.0.0.i) asks who has 10.0.0.254: ONOS's host provider learns host i."""
     mac = bytes.fromhex(HOST_MAC[i].replace(":", ""))
@@ -56,19 +38,19 @@ def arp_request(i: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, Any]]:
-    binary = _grpc_switch()
-    if binary is None:
-        pytest.skip(f"bmv2 with P4Runtime not installed: no simple_switch_grpc in {bmv2.P4_BIN}")
-    if shutil.which("ip") is None or os.geteuid() != 0:
-        pytest.skip("veth pairs and raw sockets need root and iproute2")
+    why = bmv2.grpc_skip_reason()
+    if why:
+        pytest.skip(why)
+    binary = bmv2.tool("simple_switch_grpc")
+    assert binary
     for i in (1, 2):
         bmv2.veth_link(f"iat1s{i}", f"iat1h{i}")
-    grpc_port = _free_port()
+    grpc_port = bmv2.free_port()
     log = tmp_path_factory.mktemp("bmv2") / "switch.log"
     proc = subprocess.Popen(
         [
             binary,
-            *("--no-p4", "--device-id", "1", "--thrift-port", str(_free_port())),
+            *("--no-p4", "--device-id", "1", "--thrift-port", str(bmv2.free_port())),
             *("-i", "1@iat1s1", "-i", "2@iat1s2", "--log-file", str(log.with_suffix(""))),
             "--",
             *("--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--cpu-port", "255"),
@@ -77,18 +59,11 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
         stderr=subprocess.PIPE,
     )
     ports = {i: bmv2.RawPort(f"iat1h{i}") for i in (1, 2)}
-    # ONOS learns that a P4Runtime device holds an entry (ADDED) or dropped it when it reads
-    # the tables back, every 30 s by default; the switch itself is written at once.
-    for component, prop in (
-        ("flow.impl.FlowRuleManager", "fallbackFlowPollFrequency"),
-        ("group.impl.GroupManager", "fallbackGroupPollFrequency"),
-    ):
-        r = onos_real.request(
-            "POST", f"/configuration/org.onosproject.net.{component}", json={prop: "2"}
-        )
-        assert r.status_code == 200, r.text
+    onos_real.fast_readback()
     try:
-        onosd.wait_for(lambda: _listening(grpc_port) or proc.poll() is not None, 20, "gRPC server")
+        onosd.wait_for(
+            lambda: bmv2.listening(grpc_port) or proc.poll() is not None, 20, "gRPC server"
+        )
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         cfg = {
             "devices": {
@@ -131,11 +106,6 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
         )
         for i in (1, 2):
             subprocess.run(["ip", "link", "del", f"iat1s{i}"], capture_output=True)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def flows(onos: onosd.OnosServer, table_suffix: str = "") -> list[dict]:

@@ -22,8 +22,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service import onosd
-from agg_optimizer.service.app import create_app
-from agg_optimizer.service.settings import Settings
 
 OVERLAY_ID = "innet-agg-overlay"  # innetAggTopovOverlay.js
 OVERLAY_GLYPH = f"{OVERLAY_ID}-funnel"
@@ -61,26 +59,16 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def placed_job(onos_real: onosd.OnosServer, influx, bucket, tmp_path) -> Iterator[dict]:
+def placed_job(onos_real: onosd.OnosServer, onos_service: TestClient) -> Iterator[dict]:
     """A job placed by the service: AGG's aggregators through the app, intents in ONOS."""
-    s = Settings(
-        onos_url=onos_real.url,
-        influx_url=influx.url,
-        influx_bucket=bucket,
-        db_path=tmp_path / "db",
-        reoptimize_period_s=0,
-        intent_wait_s=60,
-    )
-    app = create_app(s, loop=False)
     hosts = sorted(h["id"] for h in onos_real.get("/hosts")["hosts"])
     job = {"id": "resnet-gui", "workers": hosts[:5], "ps": hosts[5], "update_bytes": 10**8}
-    with TestClient(app) as c:
-        assert c.post("/api/v1/jobs", json=job).status_code == 201
-        res = c.post("/api/v1/jobs/resnet-gui/placement").json()
-        assert res["status"] == "applied" and res["aggregation"] == "applied", res
-        yield {**res["placement"], "ps": job["ps"]}
-        assert c.delete("/api/v1/jobs/resnet-gui").status_code == 200
-    app.state.service.close()
+    c = onos_service
+    assert c.post("/api/v1/jobs", json=job).status_code == 201
+    res = c.post("/api/v1/jobs/resnet-gui/placement").json()
+    assert res["status"] == "applied" and res["aggregation"] == "applied", res
+    yield {**res["placement"], "ps": job["ps"]}
+    assert c.delete("/api/v1/jobs/resnet-gui").status_code == 200
 
 
 NODES_JS = """

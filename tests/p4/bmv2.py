@@ -25,7 +25,7 @@ P4_BIN = Path("/opt/p4/bin")
 P4_PYTHONPATH = "/opt/p4/lib/python3.11/site-packages"
 
 
-def _tool(name: str) -> str | None:
+def tool(name: str) -> str | None:
     found = shutil.which(name)
     if found:
         return found
@@ -36,14 +36,29 @@ def _tool(name: str) -> str | None:
 def skip_reason() -> str | None:
     if os.environ.get("INNET_AGG_NO_BMV2"):
         return "INNET_AGG_NO_BMV2 is set"
-    for tool in ("simple_switch", "simple_switch_CLI"):
-        if _tool(tool) is None:
-            return f"bmv2 not installed: no {tool} on PATH or in {P4_BIN}"
+    for name in ("simple_switch", "simple_switch_CLI"):
+        if tool(name) is None:
+            return f"bmv2 not installed: no {name} on PATH or in {P4_BIN}"
     if shutil.which("ip") is None:
         return "iproute2 (ip) not installed: veth pairs need it"
     if os.geteuid() != 0:
         return "veth pairs and raw sockets need root"
     return None
+
+
+def grpc_skip_reason() -> str | None:
+    """Why a `simple_switch_grpc` (bmv2 with P4Runtime) on veth pairs cannot run here."""
+    if tool("simple_switch_grpc") is None:
+        return f"bmv2 with P4Runtime not installed: no simple_switch_grpc on PATH or in {P4_BIN}"
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        return "veth pairs and network namespaces need root and iproute2"
+    return None
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _run(*cmd: str) -> None:
@@ -71,7 +86,7 @@ def veth_link(a: str, b: str) -> None:
         _tx_checksum_off(dev)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -86,7 +101,7 @@ class Bmv2:
         self.prefix = prefix or f"ia{os.getpid() % 10000}"
         self.links = links or {}  # port -> an interface made by the caller (to another switch)
         self.ports = [p for p in ports if p not in self.links]
-        self.thrift_port = _free_port()
+        self.thrift_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[str] | None = None
 
@@ -112,7 +127,7 @@ class Bmv2:
             _tx_checksum_off(host)
         # Own Thrift port and notification socket: several switches (and test runs) at once.
         args = [
-            _tool("simple_switch") or "simple_switch",
+            tool("simple_switch") or "simple_switch",
             *("--thrift-port", str(self.thrift_port)),
             *("--notifications-addr", f"ipc:///tmp/bmv2-{self.prefix}-notifications.ipc"),
         ]
@@ -158,7 +173,7 @@ class Bmv2:
     def cli(self, *commands: str) -> str:
         """Run simple_switch_CLI commands; raise if any of them reports an error."""
         env = dict(os.environ, PYTHONPATH=P4_PYTHONPATH)
-        cli = _tool("simple_switch_CLI") or "simple_switch_CLI"
+        cli = tool("simple_switch_CLI") or "simple_switch_CLI"
         r = subprocess.run(
             ["/usr/bin/python3", cli, "--thrift-port", str(self.thrift_port)],
             input="\n".join(commands) + "\n",

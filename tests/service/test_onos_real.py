@@ -8,32 +8,11 @@ ONOS"); skipped with the reason where it is missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service import onosd
-from agg_optimizer.service.app import create_app
-from agg_optimizer.service.settings import Settings
 
 ONOS_APP = "org.innetagg.app"
-
-
-@pytest.fixture
-def service(onos_real: onosd.OnosServer, influx, bucket, tmp_path) -> Iterator[TestClient]:
-    s = Settings(
-        onos_url=onos_real.url,
-        influx_url=influx.url,
-        influx_bucket=bucket,
-        db_path=tmp_path / "db",
-        reoptimize_period_s=0,
-        intent_wait_s=60,
-    )
-    app = create_app(s, loop=False)
-    with TestClient(app) as c:
-        yield c
-    app.state.service.close()
 
 
 def job(onos: onosd.OnosServer, job_id: str) -> dict:
@@ -44,11 +23,11 @@ def job(onos: onosd.OnosServer, job_id: str) -> dict:
 
 
 def test_placement_installs_intents_and_aggregation_entries_delete_removes_both(
-    onos_real: onosd.OnosServer, service: TestClient
+    onos_real: onosd.OnosServer, onos_service: TestClient
 ) -> None:
     app_id = "org.innetagg.optimizer"
-    assert service.post("/api/v1/jobs", json=job(onos_real, "j1")).status_code == 201
-    res = service.post("/api/v1/jobs/j1/placement").json()
+    assert onos_service.post("/api/v1/jobs", json=job(onos_real, "j1")).status_code == 201
+    res = onos_service.post("/api/v1/jobs/j1/placement").json()
     assert res["status"] == "applied", res
     assert res["aggregation"] == "applied"
     listed = onos_real.get(f"/intents/application/{app_id}")["intents"]
@@ -59,19 +38,19 @@ def test_placement_installs_intents_and_aggregation_entries_delete_removes_both(
     assert {r["deviceId"] for r in rules} == {a["switch"] for a in placed["aggregators"]}
     stored = onos_real.request("GET", "/onos/innet-agg/aggregation/j1")
     assert stored.status_code == 200, stored.text
-    assert service.post("/api/v1/jobs/j1/placement").json()["changes"]["submit"] == []
-    assert service.delete("/api/v1/jobs/j1").status_code == 200
+    assert onos_service.post("/api/v1/jobs/j1/placement").json()["changes"]["submit"] == []
+    assert onos_service.delete("/api/v1/jobs/j1").status_code == 200
     onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
     onosd.wait_for(lambda: not onos_real.table_flows(".agg_job"))
     assert onos_real.request("GET", "/onos/innet-agg/aggregation/j1").status_code == 404
 
 
 def test_reconcile_resubmits_intents_onos_lost(
-    onos_real: onosd.OnosServer, service: TestClient
+    onos_real: onosd.OnosServer, onos_service: TestClient
 ) -> None:
     app_id = "org.innetagg.optimizer"
-    assert service.post("/api/v1/jobs", json=job(onos_real, "j2")).status_code == 201
-    assert service.post("/api/v1/jobs/j2/placement").json()["status"] == "applied"
+    assert onos_service.post("/api/v1/jobs", json=job(onos_real, "j2")).status_code == 201
+    assert onos_service.post("/api/v1/jobs/j2/placement").json()["status"] == "applied"
     keys = sorted(i["key"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"])
     lost = keys[0]
     assert onos_real.request("DELETE", f"/intents/{app_id}/{lost}").status_code == 204
@@ -81,11 +60,11 @@ def test_reconcile_resubmits_intents_onos_lost(
             not in {i["key"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"]}
         )
     )
-    r = service.post("/api/v1/reconcile").json()
+    r = onos_service.post("/api/v1/reconcile").json()
     assert r["resubmitted"] == [lost] and r["removed"] == [] and r["failed"] == []
     states = {
         i["key"]: i["state"] for i in onos_real.get(f"/intents/application/{app_id}")["intents"]
     }
     assert states == dict.fromkeys(keys, "INSTALLED")
-    assert service.delete("/api/v1/jobs/j2").status_code == 200
+    assert onos_service.delete("/api/v1/jobs/j2").status_code == 200
     onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])

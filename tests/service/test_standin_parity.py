@@ -33,8 +33,8 @@ def answer(r: requests.Response) -> tuple[int, Any]:
 
 
 class Target:
-    def __init__(self, base: str, root: str) -> None:
-        self.base, self.root = base, root
+    def __init__(self, base: str) -> None:
+        self.base = base
         self.auth = ("onos", "rocks")
 
     def call(self, method: str, path: str, **kw: Any) -> requests.Response:
@@ -59,10 +59,7 @@ def pair(onos_real: onosd.OnosServer) -> Any:
     standin.links = onos_real.get("/links")
     standin.hosts = onos_real.get("/hosts")
     standin.start()
-    yield (
-        Target(onos_real.url, onos_real.root),
-        Target(standin.url, standin.url[: -len("/onos/v1")]),
-    )
+    yield Target(onos_real.url), Target(standin.url)
     standin.stop()
 
 

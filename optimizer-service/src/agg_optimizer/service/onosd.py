@@ -260,6 +260,19 @@ class OnosServer:
         r.raise_for_status()
         return r.json()
 
+    def fast_readback(self, seconds: int = 2) -> None:
+        """ONOS learns that a P4Runtime switch holds an entry or group (ADDED) or dropped it
+        by reading it back, every 30 s by default; the switch itself is written at once.
+        Poll every `seconds` instead, so that tests see the switch's state promptly."""
+        for component, prop in (
+            ("flow.impl.FlowRuleManager", "fallbackFlowPollFrequency"),
+            ("group.impl.GroupManager", "fallbackGroupPollFrequency"),
+        ):
+            r = self.request(
+                "POST", f"/configuration/org.onosproject.net.{component}", json={prop: str(seconds)}
+            )
+            r.raise_for_status()
+
     def table_flows(self, table_suffix: str, device: str | None = None) -> list[dict]:
         """Flow rules of a PI table (ONOS 2.7 names it in `tableName`; `tableId` is a number),
         on one device or all, leaving out those ONOS is removing."""
