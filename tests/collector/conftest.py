@@ -15,6 +15,15 @@ from int_collector.service import Collector
 from int_collector.settings import Settings, load_settings
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_receive_path() -> None:
+    """Compile the numba receive path (or load it from numba's cache) once, before any
+    test times a collector's start."""
+    from int_collector import fast
+
+    fast.warm()
+
+
 @dataclass
 class Db:
     server: InfluxServer
@@ -36,9 +45,12 @@ def db(influx: InfluxServer) -> Db:
 
 
 def settings_for(db_or_server: Db | InfluxServer | None, **kw: object) -> Settings:
+    # link_min_reports=1: most tests look at what one report makes; the plausibility tests
+    # (test_plausibility.py) and the CLI tests run with the default.
     base: dict[str, object] = dict(
-        listen_host="127.0.0.1", listen_port=0, http_port=0, flush_interval_s=0.1, tick_s=0.05
-    )
+        listen_host="127.0.0.1", listen_port=0, http_port=0, flush_interval_s=0.1, tick_s=0.05,
+        link_min_reports=1,
+    )  # fmt: skip
     if isinstance(db_or_server, Db):
         base.update(influx_url=db_or_server.server.url, influx_bucket=db_or_server.bucket)
     elif isinstance(db_or_server, InfluxServer):

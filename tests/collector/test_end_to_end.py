@@ -6,12 +6,14 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from int_collector.generator import generate
@@ -48,8 +50,13 @@ def metrics(port: int) -> dict[tuple[str, tuple], float]:
     return out
 
 
-def test_udp_to_influxdb_to_flux(db: Db, running: list[Running]) -> None:
-    r = Running(settings_for(db, ewma_alpha=1.0, latency_threshold_ns=0, relative_threshold=0))
+@pytest.mark.parametrize("fast_path", [True, False], ids=["compiled", "python"])
+def test_udp_to_influxdb_to_flux(db: Db, running: list[Running], fast_path: bool) -> None:
+    r = Running(
+        settings_for(
+            db, ewma_alpha=1.0, latency_threshold_ns=0, relative_threshold=0, fast_path=fast_path
+        )
+    )
     running.append(r)
     hops = [
         Hop(
@@ -86,17 +93,40 @@ def test_udp_to_influxdb_to_flux(db: Db, running: list[Running]) -> None:
 
 
 def test_onos_v1_reports_end_to_end(db: Db, running: list[Running]) -> None:
-    r = Running(settings_for(db, ewma_alpha=1.0))
+    """ONOS 2.7's INT app configured with the level 2 port IDs (bitmap 0xFF00): it sets Hop
+    ML to the number of bits (8) while each hop holds 9 words (L2 ports take two), and the
+    shim length counts the 9. Issue 15.7: these were all dropped as `hop_length`. The
+    sink's own hop (switch 3) is pushed onto the report's clone, its egress port the mirror
+    port towards the collector (255 here): it is on the flow's path but on no link."""
+    r = Running(settings_for(db, ewma_alpha=1.0, latency_threshold_ns=0, relative_threshold=0))
     running.append(r)
-    hops = [
-        Hop(node_id=3, ingress_port=1, egress_port=2, hop_latency=10, queue_id=0, queue_occupancy=5)
-    ]
-    send(r.c.port, [report_v1_onos(3, FLOW, 0xF000, hops)])
-    wait_for(lambda: r.c.writer.written >= 2, what="points written")
+
+    def hop(node: int, in_port: int, out_port: int, latency: int) -> Hop:
+        return Hop(node_id=node, ingress_port=in_port, egress_port=out_port,
+                   hop_latency=latency, queue_id=0, queue_occupancy=5, ingress_ts=100,
+                   egress_ts=100 + latency, l2_ingress_port=in_port, l2_egress_port=out_port,
+                   tx_utilization=0)  # fmt: skip
+
+    hops = [hop(3, 1, 255, 40), hop(2, 4, 1, 20), hop(1, 3, 4, 10)]
+    report = report_v1_onos(3, FLOW, 0xFF00, hops)
+    assert report[14 + 16 + 20 + 8 + 4 + 2] == 8  # Hop ML as ONOS sets it
+    send(r.c.port, [report])
+    wait_for(lambda: r.c.writer.written >= 4, what="points written")
     rows = db.flux(
         '|> filter(fn: (r) => r._measurement == "int_link" and r._field == "latency_ns")'
     )
-    assert [(x["switch"], x["_value"]) for x in rows] == [("3", 10_000.0)]  # bmv2 counts us
+    # bmv2 counts microseconds
+    assert sorted((x["switch"], x["port"], x["_value"]) for x in rows) == [
+        ("1", "4", 10_000.0), ("2", "1", 20_000.0)
+    ]  # fmt: skip
+    flow = {
+        x["_field"]: x["_value"]
+        for x in db.flux('|> filter(fn: (r) => r._measurement == "int_flow")')
+    }
+    assert flow["path"] == "1,2,3" and flow["latency_ns"] == 30_000.0
+    m = metrics(r.c.http_port)
+    assert m[("int_collector_reports_decoded_total", ())] == 1
+    assert m[("int_collector_hops_unattributed_total", ())] == 1
 
 
 def test_storage_grows_with_change_not_packet_rate(db: Db, running: list[Running]) -> None:
@@ -181,8 +211,11 @@ def test_cli_serve_flushes_on_sigterm(db: Db) -> None:
                 queue_occupancy=1,
             )
         ]
-        send(port, [report_v2(4, 0, udp_int_packet(FLOW, int_md_v2(0xF000, hops)))])
-        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == 1)
+        # Five datagrams: with link_min_reports 3, three confirm the switch and its third,
+        # fourth and fifth its link (test_plausibility.py).
+        send(port, [report_v2(4, s, udp_int_packet(FLOW, int_md_v2(0xF000, hops)))
+                    for s in range(5)])  # fmt: skip
+        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == 5)
         assert db.flux("") == []
         proc.send_signal(signal.SIGTERM)  # ... so what arrives was flushed by SIGTERM
         assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
@@ -200,9 +233,81 @@ def _healthz(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
             return True
-    except (urllib.error.URLError, ConnectionError):
+    except (urllib.error.URLError, OSError):  # refused, or accepted and not yet answered
         return False
 
 
 def _metric(port: int, name: str) -> float:
     return metrics(port).get((name, ()), -1)
+
+
+def test_sigterm_writes_every_hop_observed_after_quiet_ticks(db: Db) -> None:
+    """Issue 15.1 through the real service: steady reports, ticks that write nothing (no
+    threshold crossed, keep-alive far away), then SIGTERM. What InfluxDB holds accounts for
+    every hop: per link, the points' `samples` add up to the reports that crossed it."""
+    port, http = free_port(), free_port()
+    env = {
+        **os.environ,
+        "INT_COLLECTOR_INFLUX_URL": db.server.url,
+        "INT_COLLECTOR_INFLUX_BUCKET": db.bucket,
+        "INT_COLLECTOR_HTTP_PORT": str(http),
+        "INT_COLLECTOR_TICK_S": "0.05",
+        "INT_COLLECTOR_KEEPALIVE_S": "600",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "int_collector", "serve", "--listen", f"127.0.0.1:{port}"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    hops = [
+        Hop(node_id=n, ingress_port=1, egress_port=p, hop_latency=900, queue_id=0,
+            queue_occupancy=3)
+        for n, p in ((5, 2), (4, 7), (3, 1))
+    ]  # fmt: skip
+    n = 500
+    try:
+        wait_for(lambda: _healthz(http), what="collector up")
+        for k in range(0, n, 50):
+            send(port, [report_v2(5, s, udp_int_packet(FLOW, int_md_v2(0xF000, hops)))
+                        for s in range(k, k + 50)])  # fmt: skip
+            time.sleep(0.06)  # a tick between batches
+        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == n)
+        time.sleep(0.3)  # quiet ticks after the last report
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rows = db.flux(
+        '|> filter(fn: (r) => r._measurement == "int_link" and r._field == "samples") |> sum()'
+    )
+    assert {(x["switch"], x["port"]): x["_value"] for x in rows} == {
+        ("5", "2"): n,
+        ("4", "7"): n,
+        ("3", "1"): n,
+    }
+
+
+def test_hops_of_domain_specific_metadata_only_are_kept_not_internal(
+    db: Db, running: list[Running]
+) -> None:
+    """Issue 15.2: instruction bitmap 0 with Hop ML 2 (INT-MD v2.1 allows hops that carry
+    only domain-specific metadata). The report is decoded and counted, its hops are counted
+    as not attributable to a link, the reporting node's own metadata (RepMd) still makes its
+    link, and nothing is dropped as `internal`."""
+    r = Running(settings_for(db, ewma_alpha=1.0))
+    running.append(r)
+    shim = struct.pack(">BBH", 0x10, 3 + 3 * 2, 0)
+    md = struct.pack(">IHHHH", (2 << 28) | (2 << 8) | 5, 0x0000, 0x1234, 0xC000, 0)
+    stack = bytes(range(24))  # three hops of two words of domain-specific metadata
+    inner = udp_int_packet(FLOW, shim + md + stack)
+    local = Hop(ingress_port=1, egress_port=6, hop_latency=400, queue_id=0, queue_occupancy=2)
+    send(r.c.port, [report_v2(8, 0, inner, md_bits=0x7000, local=local)])
+    wait_for(lambda: r.c.received == 1, what="datagram received")
+    m = metrics(r.c.http_port)
+    assert m[("int_collector_reports_decoded_total", ())] == 1
+    assert not [k for k in m if k[0] == "int_collector_reports_dropped_total"]
+    assert m[("int_collector_hops_unattributed_total", ())] == 3
+    wait_for(lambda: r.c.writer.written >= 2, what="points written")
+    rows = db.flux('|> filter(fn: (r) => r._measurement == "int_link")')
+    assert {(x["switch"], x["port"]) for x in rows} == {("8", "6")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -140,3 +141,44 @@ def test_cli_serve_cannot_bind_is_one_line() -> None:
     assert p.stderr.strip() == (
         f"int-collector: error: listen: cannot bind udp 127.0.0.1:{port} (Address already in use)"
     )
+
+
+def test_source_only_metadata_from_toml_and_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("[int_collector.source_only_metadata]\n21587 = { 0 = 2 }\n")
+    assert load_settings(f).source_only_metadata == {21587: {0: 2}}
+    monkeypatch.setenv("INT_COLLECTOR_SOURCE_ONLY_METADATA", '{"7": {"15": 1}}')
+    assert load_settings(f).source_only_metadata == {7: {15: 1}}
+    monkeypatch.setenv("INT_COLLECTOR_SOURCE_ONLY_METADATA", '{"7": {"16": 1}}')
+    with pytest.raises(SettingsError, match="DS Instruction bit 16"):
+        load_settings()
+
+
+def test_cli_generate_fast_sends_decodable_reports_from_each_switch() -> None:
+    """The compiled sender (sendmmsg) the benchmark offers high rates with: every report it
+    sends is a valid one, each switch from its own socket with its own sequence numbers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024 * 1024)
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(5)
+        port = s.getsockname()[1]
+        p = run_cli("generate", "--fast", "--target", f"127.0.0.1:{port}", "--rate", "4000",
+                    "--duration", "0.5", "--switches", "8")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        sent = int(p.stderr.split("sent ")[1].split()[0])
+        got = []
+        s.settimeout(0.5)
+        with contextlib.suppress(TimeoutError):
+            while True:
+                got.append(s.recvfrom(65535))
+    assert 1500 <= sent <= 2100 and len(got) == sent
+    seqs: dict[tuple, list[int]] = {}
+    for d, addr in got:
+        (r,) = Decoder().decode(d)
+        seqs.setdefault((addr, r.node_id), []).append(r.seq)
+    assert len({a for a, _n in seqs}) == len(seqs) == 6  # one source port per reporting switch
+    assert all(v == list(range(len(v))) for v in seqs.values())
+    bad = run_cli("generate", "--fast", "--count", "5")
+    assert bad.returncode == 2 and "--fast" in bad.stderr

@@ -23,6 +23,7 @@ def hop(node: int, port: int, latency: int, occ: int, **kw: int) -> Hop:
 
 
 def fabric(**kw: object) -> Fabric:
+    kw.setdefault("link_min_reports", 1)  # what one report makes (plausibility: elsewhere)
     return Fabric(load_settings(None, **kw))
 
 
@@ -131,3 +132,77 @@ def test_reports_sharing_a_datagram_count_its_sequence_number_once() -> None:
     tr = f.seq[(5, 0)]
     assert (tr.received, tr.lost, tr.repeated) == (3, 1, 0)
     assert all(f.links[(5, p, 0)].samples == 3 for p in range(4))
+
+
+def test_aggregation_share_of_a_port_from_the_reported_flows() -> None:
+    """The share of a port's reported packets that use the aggregation protocol's UDP port:
+    the optimizer subtracts it from the port's utilisation (its jobs' own streams)."""
+    agg_flow = FLOW._replace(dport=48879)
+    f = fabric(ewma_alpha=0.5)
+    for k, flow in enumerate([agg_flow, agg_flow, FLOW, agg_flow]):
+        f.observe(report(3, k, [hop(3, 4, 10, 0)], flow=flow), 1)
+    # 1 -> 1 -> 0.5 -> 0.75
+    assert f.links[(3, 4, 0)].agg_share == pytest.approx(0.75)
+    (point,) = [p for p in f.due_points(force=True) if p.measurement == "int_link"]
+    assert point.fields["aggregation_share"] == pytest.approx(0.75)
+
+    # Only other traffic: 0. The setting unset: not kept, not written.
+    g = fabric()
+    g.observe(report(3, 0, [hop(3, 4, 10, 0)]), 1)
+    assert g.links[(3, 4, 0)].agg_share == 0.0
+    h = fabric(aggregation_udp_port=None)
+    h.observe(report(3, 0, [hop(3, 4, 10, 0)], flow=agg_flow), 1)
+    assert h.links[(3, 4, 0)].agg_share is None
+    assert "aggregation_share" not in h.due_points(force=True)[0].fields
+
+
+def test_every_observation_is_written_once_when_forced_after_quiet_ticks() -> None:
+    """Issue 15.1: a tick that writes nothing must not forget what it saw. Steady reports
+    (nothing moves past a threshold) with ticks between them and one after the last, then
+    shutdown's forced flush: per link, the points' `samples` add up to the hops observed,
+    for both families."""
+    from int_collector.wire import report_v1_onos
+
+    f = fabric(keepalive_s=1000)
+    dec = Decoder()
+    v2_hops = [hop(2, 7, 1000, 5), hop(1, 3, 1000, 5)]
+    v1_hops = [hop(9, 4, 1, 5), hop(8, 2, 1, 5)]
+    t = 1000.0
+    points = []
+    for k in range(500):
+        f.observe(report(2, k, v2_hops), 1)
+        f.observe_datagram(dec.decode(report_v1_onos(9, FLOW, 0xF000, v1_hops, seq=k)), 1)
+        if k % 50 == 0:
+            points += f.due_points(t + k / 100)
+    points += f.due_points(t + 5.5)  # a quiet tick after the last report
+    points += f.due_points(t + 6, force=True)  # shutdown
+    assert f.due_points(t + 7, force=True) == []  # nothing left with news
+    written: dict[tuple[int, int], int] = {}
+    for p in points:
+        if p.measurement == "int_link":
+            key = (int(p.tags["switch"]), int(p.tags["port"]))
+            written[key] = written.get(key, 0) + int(p.fields["samples"])
+    assert {(2, 7), (1, 3), (8, 2)} <= set(written)
+    assert all(n == 500 for n in written.values()), written
+    reports = [p for p in points if p.measurement == "int_reports"]
+    assert {p.tags["switch"]: p.fields["received"] for p in reports[-2:]} == {"2": 500, "9": 500}
+
+
+def test_onos_sink_hop_on_the_mirror_port_is_on_the_path_but_no_link() -> None:
+    from int_collector.wire import report_v1_onos
+
+    dec = Decoder()
+    hops = [hop(3, 255, 40, 1), hop(1, 2, 10, 4)]
+    f = fabric(ewma_alpha=1.0)
+    f.observe_datagram(dec.decode(report_v1_onos(3, FLOW, 0xF000, hops)), 1)
+    assert set(f.links) == {(1, 2, 0)} and f.hops_unattributed == 1
+    (fs,) = f.flows.values()
+    assert fs.path == (1, 3) and fs.latency == 10_000
+    # A newest hop of another node is not the sink's clone hop: attributed as usual.
+    g = fabric()
+    g.observe_datagram(dec.decode(report_v1_onos(3, FLOW, 0xF000, hops[1:])), 1)
+    assert set(g.links) == {(1, 2, 0)} and g.hops_unattributed == 0
+    # Off for v1 senders other than ONOS's pipeline.
+    h = fabric(v1_sink_hop_is_mirror=False)
+    h.observe_datagram(dec.decode(report_v1_onos(3, FLOW, 0xF000, hops)), 1)
+    assert set(h.links) == {(1, 2, 0), (3, 255, 0)}

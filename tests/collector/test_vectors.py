@@ -217,3 +217,112 @@ def test_bad_reports_raise_a_reason(data: bytes, reason: str) -> None:
     with pytest.raises(DecodeError) as e:
         Decoder().decode(data)
     assert e.value.reason == reason and e.value.detail
+
+
+# INT v2.1 "Example with INT-MD including domain specific source-only metadata": Domain
+# Specific ID 0x5453 ('TS'), DS Instruction bit 0 (source-only: host1's MAC), DS Flags bit
+# 1; HopML 1 (node ID), RemainingHopCnt 5; node IDs of hop2, hop1 and the gateway (the INT
+# source), then the MAC a6:1a:f6:b1:64:7d in two words. Ours: node IDs 2, 1 and 9, the
+# packet IPv4/UDP to port 5000, wrapped in a Telemetry Report v2.0 from node 3.
+SPEC_SOURCE_ONLY_MD = h(
+    """
+    10 08 00 00
+    20000105 8000 5453 8000 4000
+    00000002 00000001 00000009
+    a61af6b1 647d0000
+    """
+)
+# What the issue's outside test sent: 12 bytes of source-only metadata (a MAC of
+# 00:11:22:33:44:55, padded, and one more word) under Hop ML 1, which decoded as hops of
+# nodes 0x00112233 and 0x44550000.
+TWELVE_BYTES_SOURCE_ONLY = h(
+    """
+    10 09 00 00
+    20000105 8000 5453 8000 4000
+    00000002 00000001 00000009
+    00112233 44550000 0000abcd
+    """
+)
+
+
+def _wrapped(int_bytes: bytes) -> bytes:
+    flow = Flow(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 17, 1234, 5000)
+    return report_v2(3, 0, udp_int_packet(flow, int_bytes))
+
+
+@pytest.mark.parametrize(
+    ("int_bytes", "words"),
+    [(SPEC_SOURCE_ONLY_MD, 2), (TWELVE_BYTES_SOURCE_ONLY, 3)],
+    ids=["spec-mac", "twelve-bytes"],
+)
+def test_source_only_metadata_is_not_read_as_hops(int_bytes: bytes, words: int) -> None:
+    """Issue 15.4. Hop ML excludes the source-only metadata at the bottom of the stack, and
+    its length is the domain's to define. Configured: exactly the three hops. Not
+    configured: the DS Instruction asks for a DS word that Hop ML 1 (all node ID) has no room
+    for, so some of the stack is source-only, of unknown length; no hop is read (and no
+    phantom node appears), under a named reason, and the report still counts."""
+    known = Decoder(source_only={0x5453: {0: words}})
+    (r,) = known.decode(_wrapped(int_bytes))
+    assert [x.node_id for x in r.hops()] == [2, 1, 9]
+    assert (r.domain_id, r.ds_instruction) == (0x5453, 0x8000)
+
+    unknown = Decoder()
+    (r,) = unknown.decode(_wrapped(int_bytes))
+    assert r.hops() == [] and r.flow is not None
+    assert unknown.skipped == {"source_only_unknown": 1}
+
+    # A configured length longer than the stack is malformed.
+    with pytest.raises(DecodeError) as e:
+        Decoder(source_only={0x5453: {0: 7}}).decode(_wrapped(int_bytes))
+    assert e.value.reason == "malformed"
+
+
+def test_per_hop_domain_specific_words_are_still_read_from_unknown_domains() -> None:
+    """A DS Instruction that fits in the per-hop words Hop ML leaves (one bit, one spare
+    word per hop) adds nothing at the bottom: the stack is whole hops, all read."""
+    stack = encode_stack("v2", 0x8000, [Hop(node_id=n) for n in (4, 5)], hop_ml=2)
+    md = struct.pack(">IHHHH", (2 << 28) | (2 << 8) | 6, 0x8000, 0x0042, 0x8000, 0)
+    shim = struct.pack(">BBH", 0x10, 3 + len(stack) // 4, 0)
+    (r,) = Decoder().decode(_wrapped(shim + md + stack))
+    assert [x.node_id for x in r.hops()] == [4, 5]
+    # Without any DS Instruction, a stack that is not whole hops is malformed (INT v2.1
+    # §5.7: whole hops plus source-only metadata, and there is none).
+    md0 = struct.pack(">IHHHH", (2 << 28) | (2 << 8) | 6, 0x8000, 0, 0, 0)
+    odd = struct.pack(">BBH", 0x10, 3 + len(stack) // 4 + 1, 0) + md0 + stack + b"\0" * 4
+    with pytest.raises(DecodeError) as e:
+        Decoder().decode(_wrapped(odd))
+    assert e.value.reason == "malformed"
+
+
+def test_a_port_pair_is_invalid_only_when_the_whole_metadata_is_all_ones() -> None:
+    """Issue 15.8. INT v2.1 §5.7: a value that is not available is written as all-ones over
+    the whole metadata, 4 or 8 bytes; the level 1 ports are one 4-byte metadata, level 2 one
+    8-byte metadata. So ingress 0xFFFF with egress 5 is port 65535 in, port 5 out (the node
+    did provide the metadata); only 0xFFFFFFFF makes both unavailable. The collector
+    attributes a hop to (node, egress port) the same way."""
+    from int_collector.settings import load_settings
+    from int_collector.state import Fabric
+
+    flow = Flow(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 17, 1, 2)
+    shim = struct.pack(">BBH", 0x10, 3 + 3 * 2, 0)
+    md = struct.pack(">IHHHH", (2 << 28) | (2 << 8) | 5, 0xC000, 0, 0, 0)
+    stack = h("00000007 ffff0005  00000006 0003ffff  00000005 ffffffff")
+    data = report_v2(7, 0, udp_int_packet(flow, shim + md + stack))
+    (r,) = Decoder().decode(data)
+    assert [(x.node_id, x.ingress_port, x.egress_port) for x in r.hops()] == [
+        (7, 0xFFFF, 5), (6, 3, 0xFFFF), (5, None, None)
+    ]  # fmt: skip
+    (r2,) = Decoder(fast=False).decode(data)
+    assert r2.hops() == r.hops()
+    f = Fabric(load_settings(None, link_min_reports=1))
+    f.observe(r, 1)
+    assert set(f.links) == {(7, 5, None), (6, 0xFFFF, None)} and f.hops_unattributed == 1
+
+    # Level 2: 8 bytes, the same rule over both 4-byte halves.
+    l2 = encode_stack("v2", 0x0200, [Hop(l2_ingress_port=0xFFFFFFFF, l2_egress_port=9)])
+    assert l2 == h("ffffffff 00000009")
+    shim = struct.pack(">BBH", 0x10, 3 + 2, 0)
+    md = struct.pack(">IHHHH", (2 << 28) | (2 << 8) | 5, 0x0200, 0, 0, 0)
+    (r,) = Decoder().decode(report_v2(7, 0, udp_int_packet(flow, shim + md + l2)))
+    (x,) = r.hops()
+    assert (x.l2_ingress_port, x.l2_egress_port) == (0xFFFFFFFF, 9)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -160,6 +164,108 @@ def test_a_hung_worker_makes_health_degraded(serves: list[Serve]) -> None:
     try:
         wait_for(lambda: svc.health()[0] == 503, 10, "degraded")
         assert svc.health()[1]["workers"][0]["receiving"] is False
+        assert _readyz(svc.http) == 503
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(lambda: svc.health()[1]["receiving"], 10, "receiving again")
+
+
+def _udp_bound(port: int) -> bool:
+    """Whether some socket is bound to this UDP port (Linux /proc/net/udp)."""
+    for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
+        local = line.split()[1]
+        if int(local.rsplit(":", 1)[1], 16) == port:
+            return True
+    return False
+
+
+def _readyz(http: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, ConnectionError):
+        return None
+
+
+def test_reports_sent_once_the_port_is_bound_are_all_read(db: Db) -> None:
+    """Issue 15.6: `serve` binds its sockets before it loads the rest, and the workers read
+    those very sockets, so every report sent from the moment the port exists is decoded,
+    including those that arrive while the workers are still starting; /readyz says 503
+    until every worker's receive loop runs, then 200. (Before, a placeholder socket held
+    the port while the workers started, and what it received was lost.)"""
+    port, http = free_port(), free_port()
+    env = {
+        **os.environ,
+        "INT_COLLECTOR_WORKERS": "2",
+        "INT_COLLECTOR_HTTP_PORT": str(http),
+        "INT_COLLECTOR_INFLUX_URL": db.server.url,
+        "INT_COLLECTOR_INFLUX_BUCKET": db.bucket,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "int_collector", "serve", "--listen", f"127.0.0.1:{port}"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _udp_bound(port) or proc.poll() is not None, 60, "port bound")
+        codes = {_readyz(http)}
+        send_from_switches(port)  # while the workers load
+        total = SWITCHES * PER_SWITCH
+        wait_for(lambda: codes.add(_readyz(http)) or 200 in codes, 60, "ready")
+        assert codes - {None} <= {200, 503}
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=2) as r:
+            assert json.load(r) == {"ready": True, "workers": 2, "receiving": 2}
+        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == total, 20)
+        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == total, 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _metric(http: int, name: str) -> float:
+    try:
+        return metrics(http).get((name, ()), -1)
+    except (urllib.error.URLError, ConnectionError):
+        return -1
+
+
+def test_the_balancer_keeps_each_switch_on_one_worker_and_splits_them_evenly() -> None:
+    """Real sockets of one SO_REUSEPORT group with the BPF balancer: v2 reports of 48
+    switches split 24/24 by Node ID, every switch on one socket; a v1.0 report (no node ID
+    in its header) still arrives, through the kernel's hash."""
+    from int_collector.listen import bind_udp
+    from int_collector.settings import load_settings
+
+    settings = load_settings(None).model_copy(update={"listen_host": "127.0.0.1", "listen_port": 0})
+    socks = bind_udp(settings, 2)
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        port = socks[0].getsockname()[1]
+        for node in range(1, 49):
+            for seq in range(3):
+                out.sendto(
+                    struct.pack("!II", (2 << 28) | seq, node) + bytes(40), ("127.0.0.1", port)
+                )
+        for _ in range(5):
+            out.sendto(bytes([0x10]) + bytes(60), ("127.0.0.1", port))
+        seen: list[list[bytes]] = [[], []]
+        deadline = time.monotonic() + 5
+        while sum(map(len, seen)) < 48 * 3 + 5 and time.monotonic() < deadline:
+            ready, _, _ = select.select(socks, [], [], 0.5)
+            for sk in ready:
+                seen[socks.index(sk)].append(sk.recv(2048))
+    finally:
+        out.close()
+        for sk in socks:
+            sk.close()
+    assert sum(map(len, seen)) == 48 * 3 + 5
+    nodes = [{struct.unpack("!I", d[4:8])[0] for d in got if d[0] >> 4 == 2} for got in seen]
+    assert not nodes[0] & nodes[1], "a switch on two workers"
+    assert nodes[0] | nodes[1] == set(range(1, 49))
+    assert len(nodes[0]) == len(nodes[1]) == 24, [sorted(n) for n in nodes]
+    assert sum(d[0] >> 4 == 1 for got in seen for d in got) == 5

@@ -51,10 +51,15 @@ def serve(
     if listen is not None:
         overrides["listen_host"], overrides["listen_port"] = _host_port(listen, "--listen")
     settings = load_settings(config, **overrides)
+    # Bind first: from here on reports wait in the sockets while the rest loads and the
+    # workers start (`/readyz` says when they are read).
+    from .listen import bind_udp
+
+    socks = bind_udp(settings, settings.workers)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     from .supervisor import serve as run
 
-    raise typer.Exit(run(settings))
+    raise typer.Exit(run(settings, socks))
 
 
 @app.command()
@@ -72,6 +77,9 @@ def generate(
     processes: Annotated[
         int, typer.Option(help="sender processes, each sending for its share of the switches")
     ] = 1,
+    fast: Annotated[
+        bool, typer.Option(help="send with sendmmsg from compiled code (needs --duration)")
+    ] = False,
 ) -> None:
     """Emit valid reports from a changing synthetic fabric."""
     from .generator import generate as run
@@ -88,14 +96,21 @@ def generate(
         )
     if not 1 <= processes <= 64:
         raise UserError(f"--processes: 1-64, got {processes}")
+    if fast and (duration is None or count is not None or processes != 1):
+        raise UserError("--fast: sends for a --duration, from one process (no --count)")
     try:
         sent = run(
             _host_port(target, "--target"), rate, switches, duration, count, seed, format,
-            per_datagram=per_datagram, processes=processes,
+            per_datagram=per_datagram, processes=processes, fast=fast,
         )  # fmt: skip
     except KeyboardInterrupt:
         return
-    typer.echo(f"sent {sent} reports", err=True)
+    if fast:
+        from .blast import LAST_CPU_S
+
+        typer.echo(f"sent {sent} reports, {LAST_CPU_S:.2f} s of CPU while sending", err=True)
+    else:
+        typer.echo(f"sent {sent} reports", err=True)
 
 
 def _jsonable(o: Any) -> Any:

@@ -21,6 +21,9 @@ V2_BITMAP = 0xFD00
 # What ONOS's INT app typically asks bmv2 for: switch ID, ports, hop latency, queue.
 V1_BITMAP = 0xF000
 INT_UDP_PORT = 5000
+# ONOS's int.p4 pushes the sink's hop onto the report's clone: its egress port is the
+# mirror port towards the collector.
+V1_MIRROR_PORT = 255
 
 
 @dataclass
@@ -100,7 +103,11 @@ class SyntheticFabric:
         seq = self.seq[dst_leaf]
         self.seq[dst_leaf] = seq + 1
         if self.family == "v1":
-            data = report_v1_onos(dst_leaf, flow, V1_BITMAP, hops, seq=seq, remaining_hop_count=5)
+            hops[0].egress_port = V1_MIRROR_PORT
+            data = report_v1_onos(
+                dst_leaf, flow, V1_BITMAP, hops, seq=seq, remaining_hop_count=5,
+                ingress_ts=(hops[0].ingress_ts or 0) // 1000 & 0xFFFFFFFF,  # bmv2: us
+            )  # fmt: skip
         else:
             inner = udp_int_packet(
                 flow, int_md_v2(V2_BITMAP, hops, remaining_hop_count=8 - len(hops))
@@ -146,8 +153,12 @@ def generate(
     pool: int = 512,
     per_datagram: int = 1,
     processes: int = 1,
+    fast: bool = False,
 ) -> int:
     """Send reports at `rate` per second until `duration_s` or `count`; returns reports sent.
+
+    `fast`: send with `sendmmsg` from compiled code (`blast.py`; needs `duration_s`, one
+    process), for rates the Python sender cannot offer.
 
     Every reporting switch sends from a socket of its own (its own source port), as
     separate switches would, so SO_REUSEPORT spreads switches over the collector's workers.
@@ -161,6 +172,13 @@ def generate(
         )
     if processes < 1:
         raise ValueError(f"processes: must be >= 1, got {processes}")
+    if fast:
+        if duration_s is None or count is not None or processes != 1:
+            raise ValueError("fast: sends for a duration, from one process")
+        from .blast import send
+
+        return send(target, rate, switches, duration_s, seed, family, epoch_s, pool,
+                    per_datagram)  # fmt: skip
     if processes == 1:
         return _send(target, rate, switches, duration_s, count, seed, family, epoch_s, pool,
                      per_datagram, 0, 1)  # fmt: skip

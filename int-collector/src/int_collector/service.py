@@ -9,7 +9,6 @@ kind), since a collector that dies on a packet loses everything after it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -26,8 +25,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
+from .listen import set_receive_buffer
 from .settings import Settings
-from .state import Fabric
+from .state import Fabric, Rejected
 from .storage import Writer
 from .wire import DecodeError, Decoder, IntMarking
 
@@ -40,49 +40,97 @@ class Collector:
     """One receiving process: socket, decoder, fabric state, writer, HTTP endpoint."""
 
     def __init__(
-        self, settings: Settings, *, reuse_port: bool = False, worker: int = 0, workers: int = 1
+        self,
+        settings: Settings,
+        *,
+        reuse_port: bool = False,
+        worker: int = 0,
+        workers: int = 1,
+        sock: socket.socket | None = None,
     ) -> None:
         self.s = settings
         self.worker = worker
         self.decoder = Decoder(
-            IntMarking(settings.int_dscp, settings.int_dscp_mask, frozenset(settings.int_udp_ports))
+            IntMarking(
+                settings.int_dscp, settings.int_dscp_mask, frozenset(settings.int_udp_ports)
+            ),
+            source_only=settings.source_only_metadata,
         )
-        self.fabric = Fabric(settings, worker=worker, workers=workers)
-        self.received = 0
-        self.received_bytes = 0
-        self.decoded = 0
-        self.dropped: dict[str, int] = {}
+        self.fast = None
+        if settings.fast_path:
+            from . import fast  # numba: compiled once, then loaded from its cache
+
+            fast.warm()
+            self.fast = fast
+            self.fabric: Fabric | fast.FastFabric = fast.FastFabric(
+                settings, worker=worker, workers=workers
+            )
+        else:
+            self.fabric = Fabric(settings, worker=worker, workers=workers)
+        # Datagrams the Python path handled (all of them without the compiled path).
+        self._received = 0
+        self._received_bytes = 0
+        self._decoded = 0
+        self._dropped: dict[str, int] = {}
         self._internal_logged: set[str] = set()
         self._stop = threading.Event()
-        self.heartbeat = time.monotonic()
-        self.sock = socket.socket(
-            socket.AF_INET6 if ":" in settings.listen_host else socket.AF_INET, socket.SOCK_DGRAM
-        )
-        if reuse_port:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        with contextlib.suppress(OSError):  # capped by net.core.rmem_max; not fatal
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, settings.receive_buffer_bytes)
-        self.sock.bind((settings.listen_host, settings.listen_port))
+        self.heartbeat = -1e9  # receive loop not running yet
+        if sock is None:  # a socket of its own (tests, embedding); `serve` passes one bound
+            sock = socket.socket(
+                socket.AF_INET6 if ":" in settings.listen_host else socket.AF_INET,
+                socket.SOCK_DGRAM,
+            )
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            set_receive_buffer(sock, settings.receive_buffer_bytes)
+            sock.bind((settings.listen_host, settings.listen_port))
+        self.sock = sock
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
         self.writer = Writer(settings)
         self.http: ThreadingHTTPServer | None = None
         self.http_port: int | None = None
 
+    # Counters: the Python path's plus the compiled path's --------------------------------
+
+    def _compiled(self, col: int) -> int:
+        return int(self.fabric.c[col]) if self.fast is not None else 0  # type: ignore[union-attr]
+
+    @property
+    def received(self) -> int:
+        return self._received + self._compiled(self.fast.C_DATAGRAMS if self.fast else 0)
+
+    @property
+    def received_bytes(self) -> int:
+        return self._received_bytes + self._compiled(self.fast.C_BYTES if self.fast else 0)
+
+    @property
+    def decoded(self) -> int:
+        return self._decoded + self._compiled(self.fast.C_DECODED if self.fast else 0)
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        out = dict(self._dropped)
+        rejected = self._compiled(self.fast.C_REJECTED) if self.fast else 0
+        if rejected:
+            out["switch_not_allowed"] = out.get("switch_not_allowed", 0) + rejected
+        return out
+
     # Receive loop ------------------------------------------------------------------------
 
     def handle(self, data: bytes | memoryview, now_ns: int) -> None:
-        """Decode one datagram and fold it into state; never raises."""
-        self.received += 1
-        self.received_bytes += len(data)
+        """Decode one datagram with the Python decoder and fold it into state; never
+        raises."""
+        self._received += 1
+        self._received_bytes += len(data)
         try:
             reports = self.decoder.decode(data)
             self.fabric.observe_datagram(reports, now_ns)
-            self.decoded += len(reports)
-        except DecodeError as e:
-            self.dropped[e.reason] = self.dropped.get(e.reason, 0) + 1
+            self._decoded += len(reports)
+        except (DecodeError, Rejected) as e:
+            self._dropped[e.reason] = self._dropped.get(e.reason, 0) + 1
         except Exception as e:  # a decoder or state bug must not stop the collector
-            self.dropped["internal"] = self.dropped.get("internal", 0) + 1
+            self._dropped["internal"] = self._dropped.get("internal", 0) + 1
             kind = type(e).__name__
             if kind not in self._internal_logged:
                 self._internal_logged.add(kind)
@@ -90,6 +138,50 @@ class Collector:
 
     def run(self) -> None:
         """Receive until `stop()`; then write what changed and flush the backlog."""
+        if self.fast is not None:
+            self._run_compiled()
+        else:
+            self._run_python()
+        self.tick(force=True)
+
+    def _run_compiled(self) -> None:
+        """recvmmsg batches, decoded and folded by compiled code in arrival order; what it
+        does not take (other shapes, anything odd) goes through `handle`."""
+        assert self.fast is not None
+        rx = self.fast.Receiver(self.sock)
+        ingest = self.fabric.ingest  # type: ignore[union-attr]
+        handle = self.handle
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        tick_ns = int(self.s.tick_s * 1e9)
+        next_tick = time.monotonic_ns() + tick_ns
+        clock = time.time_ns
+        mono = time.monotonic_ns
+        stop = self._stop
+        bufs, lens = rx.bufs, rx.lens
+        while not stop.is_set():
+            got = 0
+            try:
+                while got < 8192:
+                    n = rx.recv()
+                    if not n:
+                        break
+                    ingest(bufs, lens, n, clock(), handle)
+                    got += n
+            except OSError as e:  # pragma: no cover
+                log.warning("receive error: %s", e)
+            except Exception:  # pragma: no cover - never lose the loop to a bug
+                self._dropped["internal"] = self._dropped.get("internal", 0) + 1
+                log.exception("internal error in a batch (counted as 'internal')")
+            t = mono()
+            self.heartbeat = t / 1e9
+            if t >= next_tick:
+                next_tick = t + tick_ns
+                self.tick()
+            if got == 0:
+                poller.poll(min(100, max(1, (next_tick - t) // 1_000_000)))
+
+    def _run_python(self) -> None:
         sock = self.sock
         buf = bytearray(MAX_DATAGRAM)
         view = memoryview(buf)
@@ -123,13 +215,12 @@ class Collector:
                 self.tick()
             if n_batch == 0:
                 poller.poll(min(100, max(1, (next_tick - t) // 1_000_000)))
-        self.tick(force=True)
 
     def tick(self, force: bool = False) -> None:
         try:
             self.writer.submit(self.fabric.due_points(force=force))
         except Exception:  # pragma: no cover - never lose the loop to a bookkeeping bug
-            self.dropped["internal"] = self.dropped.get("internal", 0) + 1
+            self._dropped["internal"] = self._dropped.get("internal", 0) + 1
             log.exception("tick failed")
 
     def stop(self) -> None:
@@ -147,9 +238,8 @@ class Collector:
     def snapshot(self) -> dict[str, Any]:
         """Every counter and gauge of this process, as plain data (sent to the supervisor)."""
         f, w = self.fabric, self.writer
-        lost: dict[str, int] = {}
-        for (node, _hw), tr in list(f.seq.items()):
-            lost[str(node)] = lost.get(str(node), 0) + tr.lost
+        lost = f.lost_per_switch()
+        sizes = f.counts()
         return {
             "counters": {
                 "datagrams_received": self.received,
@@ -159,11 +249,12 @@ class Collector:
                 "points_dropped": w.dropped,
                 "write_failures": w.failures,
                 "hops_unattributed": f.hops_unattributed,
+                "hops_implausible": f.hops_implausible,
                 "links_over_limit": f.links_full,
             },
             "dropped": {**self.decoder.skipped, **self.dropped},
             "lost": lost,
-            "gauges": {"points_buffered": w.buffered, "links": len(f.links), "flows": len(f.flows)},
+            "gauges": {"points_buffered": w.buffered, **sizes},
             "receiving": time.monotonic() - self.heartbeat < 2.0,
             "influxdb_up": w.healthy,
             "influxdb_error": w.last_error,
@@ -173,9 +264,14 @@ class Collector:
     def health(self) -> tuple[int, dict[str, Any]]:
         return health_of([self.snapshot()], self.s.buffer_points)
 
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        return readiness_of([self.snapshot()])
+
     def serve_http(self) -> int:
-        """Start /metrics and /healthz on a thread; returns the port."""
-        self.http = start_http(self.s, lambda: aggregate([self.snapshot()]), self.health)
+        """Start /metrics, /healthz and /readyz on a thread; returns the port."""
+        self.http = start_http(
+            self.s, lambda: aggregate([self.snapshot()]), self.health, self.readiness
+        )
         self.http_port = self.http.server_address[1]
         return self.http_port
 
@@ -189,13 +285,17 @@ COUNTER_HELP = {
     "points_written": "Points written to InfluxDB",
     "points_dropped": "Oldest points dropped because the backlog was full",
     "write_failures": "Failed InfluxDB write attempts",
-    "hops_unattributed": "Hops without node ID or egress port",
+    "hops_unattributed": "Hops attributed to no link: no node ID or egress port, only "
+    "domain-specific metadata, or ONOS's sink hop on the report's mirror port",
+    "hops_implausible": "Hops not kept: node not in allowed_switches, or a link that "
+    "link_min_reports distinct datagrams never confirmed",
     "links_over_limit": "Hops or switches not tracked: max_links reached",
 }
 GAUGE_HELP = {
     "points_buffered": "Points waiting for InfluxDB",
     "links": "Links tracked (summed over workers; a link seen by two workers counts twice)",
     "flows": "Flows tracked (LRU)",
+    "links_pending": "Links seen but not yet confirmed by link_min_reports datagrams",
 }
 
 
@@ -249,6 +349,15 @@ def health_of(snaps: list[dict[str, Any] | None], buffer_limit: int) -> tuple[in
     return (200 if body["status"] == "ok" else 503), body
 
 
+def readiness_of(snaps: list[dict[str, Any] | None]) -> tuple[int, dict[str, Any]]:
+    """ready once every worker's receive loop runs (InfluxDB plays no part: reports are
+    taken in and kept in the backlog while it is away)."""
+    receiving = [bool(s and s["receiving"]) for s in snaps]
+    ready = bool(snaps) and all(receiving)
+    body = {"ready": ready, "workers": len(snaps), "receiving": sum(receiving)}
+    return (200 if ready else 503), body
+
+
 class _Metrics(PromCollector):
     """Renders an aggregate snapshot at scrape time (no locking in the hot path)."""
 
@@ -286,7 +395,10 @@ class _Metrics(PromCollector):
         )
         yield GaugeMetricFamily(p + "links", GAUGE_HELP["links"], g["links"])
         yield GaugeMetricFamily(p + "flows", GAUGE_HELP["flows"], g["flows"])
-        for name in ("hops_unattributed", "links_over_limit"):
+        yield GaugeMetricFamily(
+            p + "links_pending", GAUGE_HELP["links_pending"], g["links_pending"]
+        )
+        for name in ("hops_unattributed", "hops_implausible", "links_over_limit"):
             yield CounterMetricFamily(p + name, COUNTER_HELP[name], c[name])
         yield GaugeMetricFamily(p + "workers", "Receiving processes alive", a["workers"])
         yield CounterMetricFamily(
@@ -299,8 +411,9 @@ def start_http(
     settings: Settings,
     metrics: Callable[[], dict[str, Any]],
     health: Callable[[], tuple[int, dict[str, Any]]],
+    readiness: Callable[[], tuple[int, dict[str, Any]]] | None = None,
 ) -> ThreadingHTTPServer:
-    """/metrics and /healthz on a daemon thread."""
+    """/metrics, /healthz and /readyz on a daemon thread."""
     registry = CollectorRegistry()
     registry.register(_Metrics(metrics))
 
@@ -309,11 +422,13 @@ def start_http(
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
-            elif path == "/healthz":
-                code, doc = health()
+            elif path == "/healthz" or (path == "/readyz" and readiness is not None):
+                code, doc = health() if path == "/healthz" else readiness()  # type: ignore[misc]
                 body, ctype = json.dumps(doc).encode() + b"\n", "application/json"
             else:
-                body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
+                body, ctype, code = (
+                    b"not found: try /metrics, /healthz or /readyz\n", "text/plain", 404
+                )  # fmt: skip
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))

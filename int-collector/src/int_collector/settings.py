@@ -30,15 +30,24 @@ class Settings(BaseSettings):
     listen_host: str = "0.0.0.0"
     listen_port: int = Field(32766, ge=0, le=65535)
     # Receiving processes `serve` starts, each with its own socket on the same port
-    # (SO_REUSEPORT): the kernel hashes a datagram's source and destination address and port
-    # to one socket, so each switch's reports all reach one process (docs/collector.md).
+    # (SO_REUSEPORT): a Telemetry Report v2.0 goes to the worker its reporting switch's
+    # Node ID hashes to (a BPF program on the group, listen.balancer), anything else to the
+    # one the kernel's hash of its addresses and ports picks, so each switch's reports all
+    # reach one process (docs/collector.md).
     # 1 by default: one process holds one view of every link; raise it when one core cannot
     # keep up (see docs/benchmarks/collector.md).
     workers: int = Field(1, ge=1, le=64)
     # A worker that dies is restarted; more than this many restarts within a minute stop
     # the service (exit status 1) so that its supervisor sees the failure.
     worker_restart_limit: int = Field(5, ge=0, le=1000)
+    # Each socket's receive buffer: what waits while a worker is not scheduled. Asked with
+    # SO_RCVBUFFORCE where the process may (CAP_NET_ADMIN), else capped by
+    # net.core.rmem_max.
     receive_buffer_bytes: int = Field(8 * 1024 * 1024, ge=65536)
+    # The compiled receive path (int_collector/fast.py, numba): recvmmsg batches decoded
+    # and folded at machine speed, the Python decoder for any other shape. False: the
+    # Python reference path only.
+    fast_path: bool = True
     http_host: str = "127.0.0.1"
     http_port: int = Field(9273, ge=0, le=65535, description="/metrics and /healthz; 0: any")
 
@@ -46,20 +55,46 @@ class Settings(BaseSettings):
     int_dscp: int | None = Field(0x17, ge=0, le=63)
     int_dscp_mask: int = Field(0x3F, ge=0, le=63)
     int_udp_ports: list[int] = Field(default_factory=list)
+    # INT domains whose INT source adds 'source-only' domain-specific metadata at the bottom
+    # of the INT-MD stack (INT v2.1 §5.7; Hop ML excludes it): {Domain Specific ID: {DS
+    # Instruction bit (0 = MSB): words it adds}}, e.g. {21587: {0: 2}} for the spec's
+    # example (domain 0x5453, a MAC address in two words). Bits not listed are per-hop DS
+    # metadata. A report of a domain not listed whose DS Instruction asks for more than Hop
+    # ML leaves room for has hops that cannot be told apart from its source-only metadata:
+    # its stack is not read (reason `source_only_unknown`, docs/protocols.md).
+    source_only_metadata: dict[int, dict[int, int]] = Field(default_factory=dict)
 
     # Units of the devices' metadata
     v2_time_unit_ns: float = Field(1.0, gt=0, description="tick of v2 latency and timestamps")
     v1_time_unit_ns: float = Field(1000.0, gt=0, description="bmv2 counts microseconds")
+    # ONOS's bmv2 int.p4 adds the sink's hop to the report's clone, with the mirror port
+    # towards the collector as its egress port: that newest hop of a v1 report is kept on
+    # the flow's path but attributed to no link (its latency is not the flow's either).
+    v1_sink_hop_is_mirror: bool = True
     tx_utilization_full_scale: float = Field(
         1_000_000.0, gt=0, description="tx-utilisation field value meaning 100%"
     )
     link_speed_bps: float = Field(10e9, gt=0, description="for utilisation from byte counts")
+    # The in-network aggregation protocol's UDP destination port (p4/include/defines.p4):
+    # the share of reported packets of each port that carry it is kept as
+    # `aggregation_share`, so the optimizer can tell its jobs' own traffic from congestion.
+    # None: not kept.
+    aggregation_udp_port: int | None = Field(48879, ge=1, le=65535)
     utilization_window_ns: float = Field(10e6, gt=0)
 
     # Derived state
     ewma_alpha: float = Field(0.2, gt=0, le=1)
     max_links: int = Field(65536, ge=1)
     max_flows: int = Field(10000, ge=1)
+    # Plausibility: what bad input on the report port can create (docs/collector.md). With
+    # allowed_switches, datagrams of other reporting nodes are dropped
+    # (`switch_not_allowed`) and hops of other nodes make no link. Without it, a link, and
+    # a reporting switch, becomes a series only once link_min_reports distinct datagrams
+    # (by sequence number, and ingress timestamp for v1) showed it; until then it waits,
+    # not written, in a table of max_pending_links that drops its oldest when full.
+    allowed_switches: list[int] = Field(default_factory=list)
+    link_min_reports: int = Field(3, ge=1, le=64)
+    max_pending_links: int = Field(4096, ge=1)
 
     # Change detection: write a series when a smoothed value moves by at least
     # max(absolute, relative * last written), or when keepalive_s has passed.
@@ -89,6 +124,20 @@ class Settings(BaseSettings):
         for p in v:
             if not 0 < p < 65536:
                 raise ValueError(f"UDP port {p} is not in 1..65535")
+        return v
+
+    @field_validator("source_only_metadata")
+    @classmethod
+    def _source_only(cls, v: dict[int, dict[int, int]]) -> dict[int, dict[int, int]]:
+        for domain, bits in v.items():
+            if not 0 <= domain <= 0xFFFF:
+                raise ValueError(f"Domain Specific ID {domain} is not in 0..65535")
+            for bit, words in bits.items():
+                if not 0 <= bit <= 15 or not 0 <= words <= 255:
+                    raise ValueError(
+                        f"domain {domain}: DS Instruction bit {bit} (0-15) with {words} words "
+                        "(0-255)"
+                    )
         return v
 
     @field_validator("influx_url")

@@ -7,7 +7,9 @@ at most `buffer_points` line-protocol lines (when full, the oldest are dropped a
 counted); one thread writes batches of `batch_size` through the client's synchronous write
 API with explicit nanosecond precision; a failed batch stays at the head of the backlog and
 is retried with exponential backoff (`retry_initial_s` doubling up to `retry_max_s`, with
-jitter), so the backlog drains in order when InfluxDB is back. `close()` flushes.
+jitter), so the backlog drains in order when InfluxDB is back. Nothing shortens a backoff
+wait but `close()`, which flushes. An outage is logged once when it starts and once, with
+a summary, when writes succeed again.
 """
 
 from __future__ import annotations
@@ -100,20 +102,33 @@ class Writer:
         return [q[i] for i in range(n)]
 
     def _run(self) -> None:
-        delay = self.s.retry_initial_s
+        s = self.s
+        delay = s.retry_initial_s
+        retry_at = 0.0  # monotonic: no attempt before this while backing off
+        outage: dict[str, float] | None = None  # while writes fail: when, how many, drops
         while True:
             with self._lock:
-                if len(self._q) < self.s.batch_size and not self._closing:
-                    self._lock.wait(self.s.flush_interval_s)
-                if self._closing and not self._q:
-                    return
+                while True:
+                    now = time.monotonic()
+                    if self._closing and (not self._q or now >= self._close_deadline):
+                        return
+                    if self._retry_now:  # close(): one attempt at once, then the schedule
+                        self._retry_now = False
+                        retry_at = 0.0
+                    if now < retry_at:
+                        # Backing off: new points (submit's notify) do not cut the wait short.
+                        self._lock.wait(min(retry_at, self._close_deadline) - now)
+                        continue
+                    if len(self._q) < s.batch_size and not self._closing:
+                        self._lock.wait(s.flush_interval_s)
+                    break
                 batch = self._take()
             if not batch:
                 continue
             try:
                 self._api.write(
-                    bucket=self.s.influx_bucket,
-                    org=self.s.influx_org,
+                    bucket=s.influx_bucket,
+                    org=s.influx_org,
                     record="\n".join(batch),
                     write_precision=PRECISION,
                 )
@@ -121,20 +136,23 @@ class Writer:
                 self.failures += 1
                 self.healthy = False
                 self.last_error = _short(e)
-                log.warning(
-                    "InfluxDB write failed (%s); retrying in %.1f s", self.last_error, delay
-                )
-                with self._lock:
-                    pause = delay * (0.8 + 0.4 * random.random())
-                    if self._closing:
-                        left = self._close_deadline - time.monotonic()
-                        if left <= 0:
-                            return
-                        pause = min(pause, left)
-                    self._lock.wait(pause)
-                delay = min(delay * 2, self.s.retry_max_s)
+                pause = delay * (0.8 + 0.4 * random.random())
+                retry_at = time.monotonic() + pause
+                if outage is None:
+                    outage = {"since": time.monotonic(), "failures": 0, "dropped": self.dropped}
+                    log.warning(
+                        "InfluxDB write failed (%s): keeping up to %d points and retrying "
+                        "after %.1f s, the wait doubling up to %.0f s (±20%%); a summary "
+                        "follows when writes succeed again",
+                        self.last_error, s.buffer_points, delay, s.retry_max_s,
+                    )  # fmt: skip
+                else:
+                    log.debug("InfluxDB write failed again (%s)", self.last_error)
+                outage["failures"] += 1
+                delay = min(delay * 2, s.retry_max_s)
                 continue
-            delay = self.s.retry_initial_s
+            delay = s.retry_initial_s
+            retry_at = 0.0
             with self._lock:
                 # Drop exactly what was written: if the backlog overflowed meanwhile, the
                 # oldest lines (ours among them) are already gone.
@@ -150,13 +168,25 @@ class Writer:
                 self.healthy = True
                 self.last_success = time.time()
                 self.last_error = ""
+                left = len(q)
+            if outage is not None:
+                log.warning(
+                    "InfluxDB writes succeed again after %.1f s: %d failed attempts, %d "
+                    "points dropped meanwhile (backlog full), %d still to write",
+                    time.monotonic() - outage["since"], outage["failures"],
+                    self.dropped - outage["dropped"], left,
+                )  # fmt: skip
+                outage = None
 
     _close_deadline = float("inf")
+    _retry_now = False
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Write what is buffered (up to `timeout_s` while InfluxDB fails), then stop."""
+        """Write what is buffered (up to `timeout_s` while InfluxDB fails: one attempt at
+        once, then on the backoff schedule), then stop."""
         with self._lock:
             self._closing = True
+            self._retry_now = True
             self._close_deadline = time.monotonic() + timeout_s
             self._lock.notify_all()
         self._thread.join(timeout_s + self.s.influx_timeout_s + 1)

@@ -1,17 +1,19 @@
 """`serve`: several receiving processes on one UDP port, supervised.
 
-The parent starts `workers` processes. Each binds its own socket to the listen port with
-SO_REUSEPORT; the kernel hashes every datagram's (source address, source port, destination
-address, destination port) to one of the sockets, so all reports of one switch (one source
-address and port) reach the same process and its link state and sequence-loss tracking
-stay whole. Each worker is a complete `Collector` (decoder, state, its own InfluxDB writer
+The parent binds `workers` sockets to the listen port with SO_REUSEPORT (listen.py, before
+anything slow is loaded) and starts `workers` processes, worker k reading socket k; the
+kernel hashes every datagram's (source address, source port, destination address,
+destination port) to one of the sockets, so all reports of one switch (one source address
+and port) reach the same process and its link state and sequence-loss tracking stay
+whole. Each worker is a complete `Collector` (decoder, state, its own InfluxDB writer
 with a backlog of `buffer_points / workers`, so the service as a whole holds at most
 `buffer_points`). Workers send a snapshot of their counters to the parent over a pipe every
 `SNAPSHOT_S`; the parent serves `/metrics` (totals over workers, plus the counters of
-workers that have exited) and `/healthz` (every worker alive, receiving and writing).
+workers that have exited), `/healthz` (every worker alive, receiving and writing) and
+`/readyz` (every worker's receive loop runs).
 
-A worker that exits without being asked to is restarted, and counted; more than
-`worker_restart_limit` restarts within a minute stop the service. SIGTERM or SIGINT to the
+A worker that exits without being asked to is restarted on the same socket, and counted;
+more than `worker_restart_limit` restarts within a minute stop the service. SIGTERM or SIGINT to the
 parent is passed to every worker, each writes what changed and flushes its backlog, and the
 parent exits 0 only if every worker did.
 """
@@ -30,7 +32,8 @@ from collections import deque
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from .service import Collector, aggregate, health_of, start_http
+from .listen import bind_udp
+from .service import Collector, aggregate, health_of, readiness_of, start_http
 from .settings import Settings, StartError
 
 log = logging.getLogger("int_collector")
@@ -40,23 +43,29 @@ RESTART_WINDOW_S = 60.0
 _ctx = mp.get_context("spawn")  # the parent has threads (HTTP): no fork
 
 
+def _warm_fast_path() -> None:
+    from . import fast
+
+    fast.warm()
+
+
 def _worker_main(
-    settings: Settings, index: int, workers: int, conn: Connection, log_level: int
+    settings: Settings,
+    index: int,
+    workers: int,
+    conn: Connection,
+    log_level: int,
+    sock: socket.socket,
 ) -> None:
-    """One receiving process (the target of a spawned child)."""
+    """One receiving process (the target of a spawned child), reading the socket the
+    supervisor bound for it (its datagrams have been waiting there meanwhile)."""
     logging.basicConfig(
         level=log_level,
         format=f"%(asctime)s %(levelname)s [worker {index}] %(message)s",
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     parent = os.getppid()
-    try:
-        c = Collector(settings, reuse_port=True, worker=index, workers=workers)
-    except OSError as e:
-        conn.send(
-            {"error": f"udp {settings.listen_host}:{settings.listen_port}: {e.strerror or e}"}
-        )
-        raise SystemExit(2) from None
+    c = Collector(settings, worker=index, workers=workers, sock=sock)
     signal.signal(signal.SIGTERM, lambda _s, _f: c.stop())
     lock = threading.Lock()
 
@@ -98,7 +107,7 @@ class _Worker:
 class Supervisor:
     """Starts, watches and stops the receiving processes; serves the totals over HTTP."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, socks: list[socket.socket] | None = None) -> None:
         self.s = settings
         n = settings.workers
         self.n = n
@@ -112,29 +121,25 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.failed = ""
-        # Bind the port here first (in the SO_REUSEPORT group the workers join): a bad
-        # address or a port held by another program fails now, with one clear line; port 0
-        # gets its number. Held until every worker has bound it too.
-        ph = socket.socket(
-            socket.AF_INET6 if ":" in settings.listen_host else socket.AF_INET, socket.SOCK_DGRAM
-        )
-        ph.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            ph.bind((settings.listen_host, settings.listen_port))
-        except OSError as e:
-            ph.close()
-            where = f"{settings.listen_host}:{settings.listen_port}"
-            raise StartError(f"listen: cannot bind udp {where} ({e.strerror or e})") from None
-        self.port = ph.getsockname()[1]
-        self._placeholder: socket.socket | None = ph
+        # One socket per worker, bound before anything else (listen.py): a bad address or
+        # a port held by another program fails now with one line, port 0 gets its number,
+        # and reports wait in the sockets while the workers start. Held until shutdown.
+        self.socks = socks if socks is not None else bind_udp(settings, n)
+        if len(self.socks) != n:
+            raise ValueError(f"{len(self.socks)} sockets for {n} workers")
+        self.port = self.socks[0].getsockname()[1]
         self.worker_settings = self.worker_settings.model_copy(update={"listen_port": self.port})
         try:
-            self.http = start_http(settings, self.metrics, self.health)
+            self.http = start_http(settings, self.metrics, self.health, self.readiness)
         except OSError as e:
-            ph.close()
+            self._close_sockets()
             where = f"{settings.http_host}:{settings.http_port}"
             raise StartError(f"http: cannot bind tcp {where} ({e.strerror or e})") from None
         self.http_port = self.http.server_address[1]
+
+    def _close_sockets(self) -> None:
+        for sk in self.socks:
+            sk.close()
 
     # Totals -----------------------------------------------------------------------------
 
@@ -144,17 +149,22 @@ class Supervisor:
             retired = {**self.retired, "worker_restarts": self.restarts}
             return aggregate(live, retired)
 
-    def health(self) -> tuple[int, dict[str, Any]]:
+    def _live_snaps(self) -> list[dict[str, Any] | None]:
         now = time.monotonic()
         with self._lock:
             snaps = [
                 w.snap if w.proc is not None and w.proc.is_alive() else None for w in self.workers
             ]
         # A worker whose snapshots stopped (hung) is not receiving, whatever it last said.
-        snaps = [
+        return [
             {**x, "receiving": False} if x and now - x["received_at"] > 2.0 else x for x in snaps
         ]
-        code, body = health_of(snaps, self.s.buffer_points)
+
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        return readiness_of(self._live_snaps())
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        code, body = health_of(self._live_snaps(), self.s.buffer_points)
         body["worker_restarts"] = self.restarts
         return code, body
 
@@ -162,9 +172,11 @@ class Supervisor:
 
     def _spawn(self, w: _Worker) -> None:
         ours, theirs = _ctx.Pipe(duplex=False)
+        level = logging.getLogger().level
+        sock = self.socks[w.index]
         proc = _ctx.Process(
             target=_worker_main,
-            args=(self.worker_settings, w.index, self.n, theirs, logging.getLogger().level),
+            args=(self.worker_settings, w.index, self.n, theirs, level, sock),
             name=f"int-collector-worker-{w.index}",
             daemon=False,
         )
@@ -203,8 +215,18 @@ class Supervisor:
         with self._lock:
             w.snap = msg
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        """Start every worker and wait until each has bound the port."""
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start every worker and wait until each is ready."""
+        if self.s.fast_path:
+            # Compile the receive path once (numba caches it), so the workers load it instead
+            # of each compiling it at the same time. In a child process: compiling holds the
+            # GIL for seconds on a fresh cache, and /healthz must answer meanwhile.
+            warm = _ctx.Process(target=_warm_fast_path, name="int-collector-compile")
+            warm.start()
+            warm.join(timeout_s)
+            if warm.exitcode is None:
+                warm.kill()
+                raise RuntimeError(f"compiling the receive path took over {timeout_s:.0f} s")
         for w in self.workers:
             self._spawn(w)
         deadline = time.monotonic() + timeout_s
@@ -219,9 +241,6 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers not ready within {timeout_s:.0f} s")
             self._pump(0.1)
-        if self._placeholder is not None:
-            self._placeholder.close()
-            self._placeholder = None
 
     def _pump(self, timeout: float) -> None:
         conns = {w.conn: w for w in self.workers if w.conn is not None}
@@ -294,6 +313,7 @@ class Supervisor:
             self._retire(w)
         self.http.shutdown()
         self.http.server_close()
+        self._close_sockets()
         c = self.metrics()["counters"]
         log.info(
             "stopped: %d datagrams, %d reports, %d points written, %d dropped, "
@@ -304,9 +324,10 @@ class Supervisor:
         return status
 
 
-def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT; flush every worker; return an exit status."""
-    sup = Supervisor(settings)  # StartError: the CLI prints it as one line
+def serve(settings: Settings, socks: list[socket.socket] | None = None) -> int:
+    """Run until SIGTERM or SIGINT; flush every worker; return an exit status. `socks`: the
+    workers' sockets, if the caller bound them already (the CLI does, first thing)."""
+    sup = Supervisor(settings, socks)  # StartError: the CLI prints it as one line
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping the workers (each flushes)", signum)

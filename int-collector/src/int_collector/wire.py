@@ -18,7 +18,7 @@ a detail naming the field; nothing else may escape `Decoder.decode`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -88,7 +88,12 @@ class DecodeError(Exception):
 
 @dataclass(slots=True)
 class Hop:
-    """One node's INT metadata. None: not requested, or the all-ones "invalid" value."""
+    """One node's INT metadata. None: not requested, or the all-ones "invalid" value.
+
+    A port pair shares one metadata (4 bytes at level 1, 8 at level 2) and so one "invalid"
+    value: both ports are None or neither is (encoding one None half writes all-ones there,
+    which decodes as that port ID).
+    """
 
     node_id: int | None = None
     ingress_port: int | None = None
@@ -129,6 +134,7 @@ class StackLayout:
     """
 
     __slots__ = (
+        "base_bytes",
         "bitmap",
         "fmt",
         "hop_bytes",
@@ -183,6 +189,7 @@ class StackLayout:
         self.i_tx_utilization = self.index.get("tx_utilization", -1)
         self.bitmap = bitmap
         self.hop_bytes = hop_bytes
+        self.base_bytes = base  # what the instruction bitmap asks for; the rest is DS
 
     @classmethod
     def get(cls, family: str, bitmap: int, hop_bytes: int) -> StackLayout:
@@ -196,10 +203,24 @@ class StackLayout:
         return layout
 
     def hop(self, values: tuple[int, ...]) -> Hop:
-        """A readable `Hop` from this layout's slice of unpacked values."""
+        """A readable `Hop` from this layout's slice of unpacked values.
+
+        "Invalid" is all-ones over a whole metadata (INT v2.1 §5.7: 4 or 8 bytes of 0xFF),
+        so a port pair is unavailable only when both of its halves are all-ones; one
+        all-ones half is the port ID 0xFFFF (level 1) or 0xFFFFFFFF (level 2).
+        """
         hop = Hop()
-        for name, value, invalid in zip(self.names, values, self.invalid, strict=True):
-            if name.startswith("_") or value == invalid:
+        pairs = _PAIRS
+        for i, (name, value, invalid) in enumerate(
+            zip(self.names, values, self.invalid, strict=True)
+        ):
+            if name.startswith("_"):
+                continue
+            if name in pairs:
+                j = i + 1 if name.endswith("ingress_port") else i - 1
+                if value == invalid and values[j] == invalid:
+                    continue
+            elif value == invalid:
                 continue
             if name == "queue":
                 hop.queue_id, hop.queue_occupancy = value >> 24, value & 0xFFFFFF
@@ -212,6 +233,7 @@ class StackLayout:
         return hop
 
 
+_PAIRS = frozenset({"ingress_port", "egress_port", "l2_ingress_port", "l2_egress_port"})
 _stack_structs: dict[tuple[str, int], struct.Struct] = {}
 
 
@@ -256,6 +278,7 @@ class Report:
     local: Hop | None = None
     ingress_ts: int | None = None  # v1 fixed header
     domain_id: int = 0
+    ds_instruction: int = 0
 
     def hops(self) -> list[Hop]:
         """Hops newest first, as `Hop` records (slow path: tests, CLI, docs)."""
@@ -309,8 +332,18 @@ class Decoder:
     `skipped` by reason, so the other reports of the same datagram still count.
     """
 
-    def __init__(self, marking: IntMarking | None = None, *, fast: bool = True) -> None:
+    def __init__(
+        self,
+        marking: IntMarking | None = None,
+        *,
+        fast: bool = True,
+        source_only: Mapping[int, Mapping[int, int]] | None = None,
+    ) -> None:
         self.marking = marking or IntMarking()
+        # INT domains whose source-only DS metadata is known: {Domain Specific ID: {DS
+        # Instruction bit (0 = MSB): words the INT source adds for it}}; bits not listed
+        # are per-hop DS metadata, inside Hop ML.
+        self.source_only = {d: dict(bits) for d, bits in (source_only or {}).items()}
         self.skipped: dict[str, int] = {}
         # `fast`: read the common v2 shape (IPv4/UDP, INT-MD, no RepMd) in one struct read;
         # anything else, or anything odd, goes through the general path (same result).
@@ -419,9 +452,12 @@ class Decoder:
     ) -> Report | None:
         """The common shape, or None (then the general path decides, errors included)."""
         (_t, _rl, _ml, _fl, md_bits, _dom, _dsb, _dss, vihl, tos, total, proto, src, dst,
-         sport, dport, _ulen, _ucs, b0, length, _npt, w0, bitmap, domain, _dsi, _dsf,
+         sport, dport, _ulen, _ucs, b0, length, _npt, w0, bitmap, domain, dsi, _dsf,
          ) = _FAST_V2.unpack_from(buf, start)  # fmt: skip
-        if md_bits or vihl != 0x45 or proto != PROTO_UDP or b0 & 0xFC != 0x10 or w0 >> 28 != 2:
+        if (
+            md_bits or dsi or vihl != 0x45 or proto != PROTO_UDP or b0 & 0xFC != 0x10
+            or w0 >> 28 != 2
+        ):  # fmt: skip
             return None
         if dport not in self._udp_ports and (
             self._dscp is None or (tos >> 2) & self._dscp_mask != self._dscp
@@ -438,7 +474,9 @@ class Decoder:
                 lay = StackLayout.get("v2", bitmap, 4 * hop_ml)
             except DecodeError:
                 return None
-            hops = stack_bytes // lay.hop_bytes
+            hops, rest = divmod(stack_bytes, lay.hop_bytes)
+            if rest:
+                return None  # not whole hops: the general path says why
             ent = (lay, _stack_struct(lay.fmt, hops) if hops else None, hops)
             if len(self._fast_stacks) < 4096:
                 self._fast_stacks[key] = ent
@@ -535,7 +573,7 @@ class Decoder:
         if shim_type != SHIM_TYPE_INT_MD:
             self._skip("int_type_not_md")  # INT-MX / destination: no per-hop stack to read
             return
-        w0, bitmap, r.domain_id, _ds_inst, _ds_flags = _MD_V2.unpack_from(buf, off + 4)
+        w0, bitmap, r.domain_id, ds_inst, _ds_flags = _MD_V2.unpack_from(buf, off + 4)
         ver = w0 >> 28
         if ver != INT_MD_V2:
             raise DecodeError("unknown_version", f"INT-MD metadata header version {ver} (know 2)")
@@ -552,7 +590,8 @@ class Decoder:
         r.instruction_bitmap, r.hop_ml = bitmap, hop_ml
         r.remaining_hop_count = w0 & 0xFF
         r.max_hop_exceeded, r.mtu_exceeded = bool(w0 & 0x04000000), bool(w0 & 0x02000000)
-        self._stack(buf, start, stack_bytes, "v2", bitmap, hop_ml, r)
+        r.ds_instruction = ds_inst
+        self._stack_v2(buf, start, stack_bytes, bitmap, hop_ml, r)
         if npt == 2 and r.flow is not None:
             # A UDP header was inserted for INT; the original L4 follows the stack.
             orig = start + stack_bytes
@@ -563,26 +602,87 @@ class Decoder:
         elif npt == 1 and r.flow is not None:
             r.flow = Flow(r.flow.src, r.flow.dst, r.flow.proto, r.flow.sport, npt_field)
 
-    def _stack(
+    def _stack_v2(
         self,
         buf: bytes | bytearray | memoryview,
         start: int,
         stack_bytes: int,
-        family: str,
         bitmap: int,
         hop_ml: int,
         r: Report,
-        partial_ok: bool = False,
     ) -> None:
+        """INT-MD v2.1 §5.7: the stack is whole hops of Hop ML words, newest first, then the
+        INT source's 'source-only' domain-specific metadata, whose length Hop ML excludes.
+
+        Where that length is known (no DS Instruction bits, or a domain configured in
+        `source_only`), the stack must be whole hops plus exactly that (else `malformed`).
+        Otherwise, if the DS Instruction asks for more DS words than Hop ML leaves room for
+        per hop (each set bit asks for at least one word), some of it is source-only, of a
+        length the report does not say: which words are hops is unknown, so none are read
+        (`source_only_unknown`; the report itself counts). Reading them anyway would turn
+        source-only bytes into hops of nodes that do not exist.
+        """
         if hop_ml == 0:
             if stack_bytes:
                 raise DecodeError("malformed", "Hop ML is 0 but the INT stack is not empty")
             return
-        lay = StackLayout.get(family, bitmap, 4 * hop_ml)
-        hops, rest = divmod(stack_bytes, lay.hop_bytes)
-        if rest and partial_ok:
+        lay = StackLayout.get("v2", bitmap, 4 * hop_ml)
+        r.layout = lay
+        ds = r.ds_instruction
+        if not ds:
+            src_only, exact = 0, True
+        elif r.domain_id in self.source_only:
+            words = self.source_only[r.domain_id]
+            src_only = 4 * sum(w for bit, w in words.items() if ds & (0x8000 >> bit))
+            exact = True
+        elif ds.bit_count() * 4 <= lay.hop_bytes - lay.base_bytes:
+            src_only, exact = 0, False  # every DS bit fits in the per-hop DS words
+        else:
+            self._skip("source_only_unknown")
+            return
+        hops, rest = divmod(stack_bytes - src_only, lay.hop_bytes)
+        if rest or hops < 0:
+            if not exact:
+                self._skip("source_only_unknown")
+                return
+            raise DecodeError(
+                "malformed",
+                f"INT stack of {stack_bytes} B is not whole hops of {lay.hop_bytes} B (Hop ML "
+                f"{hop_ml}) plus {src_only} B of source-only metadata",
+            )
+        if hops:
+            r.stack = _stack_struct(lay.fmt, hops).unpack_from(buf, start)
+        r.hop_count = hops
+
+    def _stack_v1(
+        self,
+        buf: bytes | bytearray | memoryview,
+        start: int,
+        declared: int,
+        avail: int,
+        bitmap: int,
+        hop_ml: int,
+        r: Report,
+    ) -> None:
+        """INT v1.0 hops as ONOS's bmv2 pipeline pushes them: `declared` bytes by the shim,
+        `avail` of them in the report (fewer behind TCP: see `_int_v1`)."""
+        if hop_ml == 0:
+            if declared:
+                raise DecodeError("malformed", "Hop ML is 0 but the INT stack is not empty")
+            return
+        hop_bytes = 4 * hop_ml
+        if bitmap & 0x0200 and hop_ml == (bitmap & 0xFFFF).bit_count():
+            # ONOS's INT app sets Hop ML to the number of instruction bits, but the level 2
+            # port IDs (bit 6) take two words, and int_transit.p4 pushes (and counts in the
+            # shim length) what the bitmap asks for. Where the shim length is whole hops of
+            # that size, the report says which it is: read hops of the bitmap's size.
+            base = StackLayout.get("v1", bitmap, -1).hop_bytes
+            if hop_bytes < base and declared % base == 0:
+                hop_bytes = base
+        lay = StackLayout.get("v1", bitmap, hop_bytes)
+        hops, rest = divmod(avail, lay.hop_bytes)
+        if rest and avail < declared:
             r.partial_stack = True
-        # Otherwise `rest` is source-only domain-specific metadata (INT v2.1 §5.7): skipped.
         if hops:
             r.stack = _stack_struct(lay.fmt, hops).unpack_from(buf, start)
         r.layout, r.hop_count = lay, hops
@@ -657,7 +757,7 @@ class Decoder:
         # ONOS sizes its report for an inner UDP header, so behind TCP the stack's last 12 B
         # are cut off (int_report.p4 `truncate`): read the whole hops that arrived.
         avail = min(stack_bytes, stop - start)
-        self._stack(buf, start, avail, "v1", bitmap, hop_ml, r, partial_ok=avail < stack_bytes)
+        self._stack_v1(buf, start, stack_bytes, avail, bitmap, hop_ml, r)
         if avail < stack_bytes:
             r.partial_stack = True
 
@@ -816,10 +916,17 @@ def report_v1_onos(
     remaining_hop_count: int = 8,
     l4: str = "udp",
     int_version: int = 0,
+    hop_ml: int | None = None,
 ) -> bytes:
-    """A report as ONOS 2.x bmv2 `int.p4` emits it (values as its P4 code sets them)."""
+    """A report as ONOS 2.x bmv2 `int.p4` emits it (values as its P4 code sets them).
+
+    Hop ML defaults to what ONOS 2.7's INT app configures: the number of instruction bits
+    set, one short of the words per hop when the level 2 port IDs (bit 6, two words) are
+    asked for; the stack and the shim length are what the bitmap asks for, as
+    `int_transit.p4` pushes and counts them.
+    """
     stack = encode_stack("v1", bitmap, hops)
-    ml = hop_words("v1", bitmap)
+    ml = (bitmap & 0xFFFF).bit_count() if hop_ml is None else hop_ml
     shim = struct.pack(">BBBB", SHIM_TYPE_INT_MD, 0, 3 + len(stack) // 4, 0)
     hdr = struct.pack(">IHH", (int_version << 28) | (ml << 8) | remaining_hop_count, bitmap, 0)
     int_bytes = shim + hdr + stack
