@@ -99,7 +99,10 @@ def test_rerouting_never_raises_the_predicted_cct_and_lowers_it_on_contested_fab
             before = solve(inst, "agg")
         after = solve(inst, "agg")
         _check_feasible(inst, after)
-        score = [sum(weight[j.job_id] * j.predicted_cct_s for j in x.jobs) for x in (before, after)]
+        score = [
+            sum(weight[j.job_id] * j.predicted_cct_isolated_s for j in x.jobs)
+            for x in (before, after)
+        ]
         assert score[1] <= score[0] + 1e-9
         assert (after.stats.reroutes > 0) == (score[1] < score[0] - 1e-12)
         lowered += score[1] < score[0] - 1e-12
@@ -185,3 +188,54 @@ def test_k32_with_1000_jobs_gives_an_integral_feasible_placement():
     assert p.stats.path == "lp" and p.stats.max_integrality_gap <= 1e-7
     assert sum(len(j.aggregators) for j in p.jobs) > 1000
     _check_feasible(inst, p)
+
+
+@pytest.mark.parametrize("strategy", ["agg", "ps", "sharp", "soar"])
+def test_cct_of_a_given_placement_matches_the_prediction(strategy: str) -> None:
+    """`network.cct_of` (the service loop's judge of the applied placement) gives a one-job
+    placement the CCT the solver predicted for it, and refuses paths that left the fabric."""
+    from agg_optimizer.examples import example_instance
+    from agg_optimizer.network import Network, cct_of
+
+    inst = example_instance(4, 1, 3)
+    (jp,) = solve(inst, strategy).jobs
+    net = Network.from_instance(inst)
+    job = inst.jobs[0]
+    aggs = {a.switch for a in jp.aggregators}
+    assert cct_of(net, job, jp.worker_paths, aggs) == pytest.approx(jp.predicted_cct_isolated_s)
+    w, path = next(iter(jp.worker_paths.items()))
+    broken = {**jp.worker_paths, w: [path[0], path[1], "nowhere", *path[2:]]}
+    assert cct_of(net, job, broken, aggs) is None
+
+
+def test_a_binding_cap_does_not_leave_agg_above_greedy_and_the_milp() -> None:
+    """Issue 16, item 2: k=6 fat-tree, 10 jobs, max_aggregators 2 on every job (example
+    seed 7011). The descent from no aggregation stopped where one swap helps (job6 summed
+    at a rack switch and a core, where a pod switch and the core is better): AGG's mean
+    CCT was 10.3% above greedy's and the MILP's. With the second descent from greedy's
+    choice it meets the exact optimum here, and is never above greedy on its own trees."""
+    from agg_optimizer.baselines import int_greedy
+    from agg_optimizer.context import Context
+    from agg_optimizer.engine import solve
+    from agg_optimizer.examples import example_instance
+
+    inst = example_instance(6, 10, 7011)
+    for j in inst.jobs:
+        j.max_aggregators = 2
+    got = {s: solve(inst, s) for s in ("agg", "greedy", "milp")}
+    surrogate = {s: sum(j.surrogate_s for j in p.jobs) for s, p in got.items()}
+    assert surrogate["agg"] <= surrogate["milp"] * 1.01, surrogate
+    cct = {s: sum(j.predicted_cct_isolated_s for j in p.jobs) for s, p in got.items()}
+    assert cct["agg"] <= min(cct["greedy"], cct["milp"]) * 1.01, cct
+    for p in got.values():
+        assert all(len(jp.aggregators) <= 2 for jp in p.jobs)
+    # On its own trees, over other seeds and caps: never above greedy.
+    for seed, cap in ((1, 1), (2, 2), (3, 3), (7011, 3)):
+        inst = example_instance(6, 8, seed)
+        for j in inst.jobs:
+            j.max_aggregators = cap
+        ctx = Context(inst)
+        mine, _, _ = agg.place(ctx)
+        ours = ctx.weighted_cost(ctx.int_trees, mine)
+        theirs = ctx.weighted_cost(ctx.int_trees, int_greedy(ctx))
+        assert ours <= theirs * (1 + 1e-9), (seed, cap, ours, theirs)

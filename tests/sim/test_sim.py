@@ -30,7 +30,7 @@ from agg_optimizer.network import Network
 from agg_optimizer.sim.core import BACKGROUND, Flow, Simulator
 from agg_optimizer.sim.evaluate import markdown, summarise
 from agg_optimizer.sim.fabric import Fabric
-from agg_optimizer.sim.fairshare import max_min_rates
+from agg_optimizer.sim.fairshare import fill, fill_numpy, max_min_rates
 from agg_optimizer.sim.observe import IntObserver
 from agg_optimizer.sim.scenario import SCENARIOS, RunResult, Scenario, run
 from agg_optimizer.sim.training import Cluster, IterationRecord, components
@@ -227,6 +227,33 @@ def test_max_min_rates_satisfy_the_definition(data):
             top = all(rate[j] <= rate[i] * (1 + 1e-7) for j, (lj, _) in enumerate(flows) if e in lj)
             ok |= full and top
         assert ok, f"flow {i} has no bottleneck"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_numpy_filling_gives_the_compiled_rates(data):
+    """`fill_numpy` (the shared CCT's few solves) and the numba `fill` (the simulator) agree
+    on rates and per-class link loads, with padded rows and a subset of rows alive."""
+    n_links = data.draw(st.integers(1, 6))
+    cap = np.array(data.draw(st.lists(st.floats(0.0, 100.0), min_size=n_links, max_size=n_links)))
+    n = data.draw(st.integers(1, 8))
+    links, mult = np.zeros((n, n_links), np.int64), np.zeros((n, n_links))
+    width, cls = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for i in range(n):
+        ls = data.draw(
+            st.lists(st.integers(0, n_links - 1), min_size=1, max_size=n_links, unique=True)
+        )
+        links[i, : len(ls)] = ls
+        mult[i, : len(ls)] = data.draw(
+            st.lists(st.integers(1, 3), min_size=len(ls), max_size=len(ls))
+        )
+        width[i], cls[i] = len(ls), data.draw(st.integers(0, 2))
+    rows = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1))), np.int64)
+    got_lr, want_lr = np.zeros((3, n_links)), np.zeros((3, n_links))
+    got = fill_numpy(rows, width, links, mult, cls, cap, got_lr)
+    want = fill(rows, width, links, mult, cls, cap, want_lr)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got_lr, want_lr, rtol=1e-9, atol=1e-9)
 
 
 def test_bytes_are_conserved_on_every_link():

@@ -5,30 +5,42 @@ Errors in the input end the program with status 2 and one line naming the field.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
 
-from .documents import Instance, Placement
-from .engine import STRATEGIES, solve
-from .examples import example_instance
-from .validation import InstanceError, describe_validation_error
+# Everything else is imported by the command that needs it: a command pays only for its own
+# libraries (numpy, scipy, networkx, highspy and pydantic's models take about 1.7 s together
+# on a small machine; `--help` needs none of them). docs/benchmarks/cli.md.
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-if TYPE_CHECKING:  # the simulator pulls in numba: imported only by `evaluate`
+    from .documents import Instance, Placement
     from .sim.scenario import Scenario
+
+# `engine.STRATEGIES`, spelled out so that `--help` does not import the solvers
+# (tests/optimizer/test_cli_compare.py checks the two agree).
+STRATEGY_NAMES = (
+    "agg", "ps", "switchml", "atp", "sharp", "soar", "grid", "random", "greedy", "milp",
+    "greedy-rr",
+)  # fmt: skip
 
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     help="Place in-network aggregation for training jobs from INT telemetry.",
 )
-console = Console()
+
+
+def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
 
 
 class UserError(Exception):
@@ -36,6 +48,11 @@ class UserError(Exception):
 
 
 def _load(path: Path) -> Instance:
+    from pydantic import ValidationError
+
+    from .documents import Instance
+    from .validation import describe_validation_error
+
     try:
         text = path.read_text()
     except OSError as e:
@@ -56,19 +73,29 @@ def _write(text: str, out: Path | None) -> None:
 @app.command("solve")
 def solve_cmd(
     instance: Path,
-    strategy: Annotated[str, typer.Option(help=f"One of: {', '.join(STRATEGIES)}")] = "agg",
+    strategy: Annotated[str, typer.Option(help=f"One of: {', '.join(STRATEGY_NAMES)}")] = "agg",
     output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
     seed: int = 0,
 ) -> None:
     """Place aggregation for every job of INSTANCE.json and print the placement document."""
+    from .engine import solve
+
     placement = solve(_load(instance), strategy, seed=seed)
     _write(placement.model_dump_json(indent=2), output)
 
 
-def comparison_table(instance: Instance, seed: int = 0) -> Table:
-    results = {name: solve(instance, name, seed=seed) for name in STRATEGIES}
-    ps = results["ps"].mean_predicted_cct_s
-    table = Table(title=f"{len(instance.jobs)} jobs: predicted CCT by strategy")
+def solve_all(instance: Instance, seed: int = 0) -> dict[str, Placement]:
+    """Every strategy of `engine.STRATEGIES` on `instance`, in one process."""
+    from .engine import STRATEGIES, solve
+
+    return {name: solve(instance, name, seed=seed) for name in STRATEGIES}
+
+
+def comparison_table(results: dict[str, Placement], n_jobs: int) -> Table:
+    from rich.table import Table
+
+    ps = results["ps"].mean_predicted_cct_s if "ps" in results else 0.0
+    table = Table(title=f"{n_jobs} jobs: predicted CCT by strategy")
     for col in ("strategy", "mean CCT (s)", "vs PS", "objective (s)", "aggregators", "time (ms)"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for name, p in sorted(results.items(), key=lambda kv: kv[1].mean_predicted_cct_s):
@@ -84,56 +111,212 @@ def comparison_table(instance: Instance, seed: int = 0) -> Table:
     return table
 
 
+def _out_dir(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise UserError(f"output: {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"output: cannot create {path} ({e.strerror})") from None
+    return path
+
+
 @app.command()
-def compare(instance: Path, seed: int = 0) -> None:
-    """Table of every strategy's predicted CCT on INSTANCE.json."""
-    console.print(comparison_table(_load(instance), seed))
+def compare(
+    instance: Path,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Directory for one placement per strategy."),
+    ] = None,
+    seed: int = 0,
+) -> None:
+    """Solve INSTANCE.json with every strategy in one process and print a table of their
+    predicted CCT, objective and solve time; with -o DIR, write DIR/<strategy>.json."""
+    inst = _load(instance)
+    out = _out_dir(output) if output is not None else None
+    results = solve_all(inst, seed)
+    if out is not None:
+        for name, placement in results.items():
+            _write(placement.model_dump_json(indent=2), out / f"{name}.json")
+    console = _console()
+    console.print(comparison_table(results, len(inst.jobs)))
+    if out is not None:
+        console.print(f"wrote {len(results)} placements to {out}/", highlight=False)
 
 
 @app.command()
 def schema(document: Annotated[str, typer.Argument(help="instance or placement")]) -> None:
     """Print the JSON Schema of a document."""
+    from .documents import Instance, Placement
+
     models = {"instance": Instance, "placement": Placement}
     if document not in models:
         raise UserError(f"document: unknown {document!r}; one of instance, placement")
     print(json.dumps(models[document].model_json_schema(), indent=2))
 
 
+def _leaf_spine(spec: str) -> tuple[int, int, int]:
+    parts = spec.split(",")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise UserError(
+            f"leaf_spine: expected SPINES,LEAVES,HOSTS_PER_LEAF (three integers >= 1), got {spec!r}"
+        )
+    return dims  # type: ignore[return-value]
+
+
 @app.command()
 def example(
-    fat_tree: Annotated[int, typer.Option("--fat-tree", help="Fat-tree arity k (even).")] = 4,
+    fat_tree: Annotated[
+        int | None, typer.Option("--fat-tree", help="Fat-tree arity k (even). [default: 4]")
+    ] = None,
+    leaf_spine: Annotated[
+        str | None,
+        typer.Option(
+            "--leaf-spine",
+            metavar="SPINES,LEAVES,HOSTS_PER_LEAF",
+            help="A leaf-spine fabric instead of the fat-tree.",
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option(help="Number of jobs.")] = 4,
     seed: int = 0,
     min_workers: int = 4,
     max_workers: int = 12,
     slots: Annotated[int, typer.Option(help="Aggregator slots per switch.")] = 512,
+    background: Annotated[
+        float | None,
+        typer.Option(
+            metavar="LEVEL",
+            help="Mean link utilisation of the telemetry, 0..1 (each directed link drawn in "
+            "[LEVEL/2, 3 LEVEL/2]). Default: mostly light links and 15% hot ones.",
+        ),
+    ] = None,
+    cap: Annotated[
+        int | None, typer.Option(metavar="N", help="max_aggregators of every job.")
+    ] = None,
+    pool_slots: Annotated[
+        int | None, typer.Option(metavar="N", help="pool_slots of every job. [default: 128]")
+    ] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
 ) -> None:
-    """Write a random instance: fat-tree, uneven INT telemetry, jobs spread over racks."""
+    """Write a random instance: fat-tree (or leaf-spine), uneven INT telemetry, jobs spread
+    over racks."""
     if jobs < 1:
         raise UserError("jobs: must be >= 1")
     if not 1 <= min_workers <= max_workers:
         raise UserError("min_workers: must be >= 1 and <= max_workers")
-    inst = example_instance(fat_tree, jobs, seed, slots=slots, workers=(min_workers, max_workers))
+    if slots < 0:
+        raise UserError("slots: must be >= 0")
+    if fat_tree is not None and leaf_spine is not None:
+        raise UserError("leaf_spine: give either --fat-tree or --leaf-spine, not both")
+    if background is not None and not 0.0 <= background <= 1.0:
+        raise UserError(f"background: must be in [0, 1], got {background}")
+    if cap is not None and cap < 1:
+        raise UserError("cap: must be >= 1")
+    if pool_slots is not None and pool_slots < 1:
+        raise UserError("pool_slots: must be >= 1")
+    from .examples import example_instance
+    from .topology import leaf_spine as build_leaf_spine
+
+    topo = None
+    if leaf_spine is not None:
+        topo = build_leaf_spine(*_leaf_spine(leaf_spine), slots=slots)
+    inst = example_instance(
+        4 if fat_tree is None else fat_tree,
+        jobs,
+        seed,
+        slots=slots,
+        workers=(min_workers, max_workers),
+        topology=topo,
+        background=background,
+        max_aggregators=cap,
+        pool_slots=pool_slots,
+    )
     _write(inst.model_dump_json(indent=1, exclude_defaults=False), output)
 
 
 @app.command()
-def demo(seed: int = 0) -> None:
-    """Make an example instance (k=4 fat-tree, 6 jobs), solve it with every strategy."""
-    inst = example_instance(4, 6, seed, slots=256)
-    console.print(comparison_table(inst, seed))
-    p = solve(inst, "agg")
-    s = p.stats
-    console.print(
-        f"AGG: {s.iterations} LP solve(s), {s.columns} columns x {s.rows} rows, "
-        f"build {s.build_s * 1e3:.1f} ms, solve {s.solve_s * 1e3:.1f} ms, "
-        f"largest distance from an integer {s.max_integrality_gap:.1e}"
-    )
+def demo(
+    duration: Annotated[
+        float, typer.Option(help="Seconds the loop runs once the jobs are placed.")
+    ] = 45.0,
+    hotspot_every: Annotated[float, typer.Option(help="Seconds between congestions.")] = 9.0,
+    period: Annotated[float, typer.Option(help="The service's control-loop period (s).")] = 0.2,
+    out: Annotated[Path, typer.Option(help="Where the timeline and the plot go.")] = Path(
+        "demo-out"
+    ),
+    influxd: Annotated[
+        Path | None, typer.Option(help="influxd binary (default: the `make influxdb` cache)")
+    ] = None,
+) -> None:
+    """The closed loop on the simulated fabric: INT over UDP to the collector, InfluxDB, the
+    service's control loop, placements applied through the fabric's ONOS API (docs/e2e.md)."""
+    from .closedloop import LoopConfig, plot, run
+
+    console = _console()
+    if duration < 10:
+        raise UserError("duration: at least 10 s (the first congestion starts after 4 s)")
+    if not 0 < period <= 10:
+        raise UserError("period: must be in (0, 10] seconds")
+    cfg = LoopConfig(duration_s=duration, hotspot_every_s=hotspot_every, period_s=period, out=out)
+    try:
+        result = run(cfg, say=lambda line: console.print(line, highlight=False), influxd=influxd)
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timeline.json").write_text(json.dumps(result.__dict__, indent=1))
+    plot(result, out / "loop.png")
+    console.print(loop_summary(result))
+    console.print(f"timeline: {out / 'timeline.json'}, plot: {out / 'loop.png'}")
+
+
+def loop_summary(result: object) -> Table:
+    """Reaction times and job a's iteration time before, during and after each congestion."""
+    import numpy as np
+    from rich.table import Table
+
+    from .closedloop import LoopResult
+
+    assert isinstance(result, LoopResult)
+    table = Table(title="The closed loop: job a under congestion of its tree")
+    for col in ("congested link", "telemetry -> applied", "CCT before", "CCT congested",
+                "CCT after move", "moved to"):  # fmt: skip
+        table.add_column(col, justify="right")
+    its = [x for x in result.iterations if x["job"] == "a"]
+
+    def mean_ms(lo: float, hi: float) -> str:
+        v = [x["cct_s"] for x in its if lo <= x["start_s"] < hi]
+        return f"{np.mean(v) * 1e3:.0f} ms" if v else "-"
+
+    for r, h in zip(result.reactions, result.hotspots, strict=True):
+        moved = r["applied_s"]
+        table.add_row(
+            r["link"],
+            "-" if r["reaction_s"] is None else f"{r['reaction_s'] * 1e3:.0f} ms",
+            mean_ms(r["onset_s"] - 3, r["onset_s"]),
+            mean_ms(r["onset_s"], moved if moved else (h["end_s"] or r["onset_s"])),
+            mean_ms(moved + 0.3, h["end_s"]) if moved and h["end_s"] else "-",
+            ", ".join(r["new"]) or "-",
+        )
+    rt = result.reaction_times()
+    if rt:
+        table.caption = (
+            f"reaction (telemetry over the threshold -> placement applied): "
+            f"p50 {np.percentile(rt, 50) * 1e3:.0f} ms, p95 {np.percentile(rt, 95) * 1e3:.0f} "
+            f"ms, max {max(rt) * 1e3:.0f} ms over {len(rt)} congestions; "
+            f"{result.reports_sent} INT reports sent"
+        )
+    return table
 
 
 def _scenarios(name: str) -> list[Scenario]:
+    from pydantic import ValidationError
+
     from .sim.scenario import SCENARIOS, SUITE, Scenario
+    from .validation import describe_validation_error
 
     if name == "suite":
         return [SCENARIOS[n] for n in SUITE]
@@ -179,6 +362,7 @@ def evaluate(
     (summary.md), all iterations (results.json) and plots to OUTPUT."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from .engine import STRATEGIES
     from .sim.evaluate import default_processes, load_results, run_all, write_results
     from .sim.scenario import REFERENCES
 
@@ -210,7 +394,7 @@ def evaluate(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=_console(stderr=True),
     ) as progress:
         for sc in chosen:
             n = seeds or default_seeds or sc.seeds
@@ -234,6 +418,7 @@ def evaluate(
             text, plots = write_results(
                 output, {s.name: s for s in chosen if s.name in results}, results
             )
+    console = _console()
     console.print(text)
     console.print(
         f"wrote {output / 'summary.md'}, {output / 'results.json'}, "
@@ -248,20 +433,45 @@ def serve(
 ) -> None:
     """Run the REST service (settings from AGG_OPTIMIZER_* variables, docs/service.md)."""
     import uvicorn
+    from pydantic import ValidationError
 
     from .service.app import create_app
-    from .service.settings import Settings
+    from .service.settings import Settings, resolve_token
+    from .validation import describe_validation_error
 
     try:
         settings = Settings()
     except ValidationError as e:
         raise UserError(f"settings: {describe_validation_error(e)}") from None
+    try:
+        token = resolve_token(settings)
+    except (OSError, ValueError) as e:
+        raise UserError(f"settings: api_token_file: {e}") from None
+    if token is None and not _loopback(host):
+        raise UserError(
+            f"refusing to listen on {host} without an API token: anyone who reaches it could "
+            "create and delete jobs and rewrite ONOS intents. Set AGG_OPTIMIZER_API_TOKEN "
+            "(e.g. export AGG_OPTIMIZER_API_TOKEN=$(python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')) or AGG_OPTIMIZER_API_TOKEN_FILE (generated "
+            "there if missing), or listen on 127.0.0.1"
+        )
+    if settings.api_token_file is not None and not settings.api_token:
+        print(f"agg-optimizer: API token in {settings.api_token_file}", file=sys.stderr)
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere
 
 
 def main() -> None:
     try:
         app()
-    except (UserError, InstanceError, ValueError) as e:
+    except (UserError, ValueError) as e:  # validation.InstanceError is a ValueError
         print(f"agg-optimizer: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -97,6 +97,11 @@ class Job(_Doc):
     )
 
 
+class SlotPool(_Doc):
+    base: int = Field(ge=0)
+    size: int = Field(ge=1)
+
+
 class Instance(_Doc):
     topology: Topology
     telemetry: Telemetry = Telemetry()
@@ -108,14 +113,15 @@ class Instance(_Doc):
     switching_penalty_s: NonNegativeFloat = Field(
         0.0, description="Cost added to a placement for each aggregator not in `current`."
     )
+    reserved: dict[str, list[SlotPool]] = Field(
+        default_factory=dict,
+        description="Slot pools held on each switch by jobs outside this instance (placed "
+        "by another strategy, or applied and not re-placed now): placements leave them "
+        "alone, so that no two jobs ever sum into the same registers.",
+    )
 
 
 # --- placement -----------------------------------------------------------------------------
-
-
-class SlotPool(_Doc):
-    base: int = Field(ge=0)
-    size: int = Field(ge=1)
 
 
 class Aggregator(_Doc):
@@ -131,7 +137,16 @@ class JobPlacement(_Doc):
     aggregators: list[Aggregator]
     worker_paths: dict[str, list[str]] = Field(description="Each worker's path to the PS.")
     ps_fan_in: int = Field(description="Streams the parameter server receives.")
-    predicted_cct_s: float = Field(description="Bottleneck estimate of the job's CCT.")
+    predicted_cct_s: float = Field(
+        description="Predicted CCT of one round with every job of the placement sharing the "
+        "fabric (max-min fair shares on the capacity the measured background leaves; "
+        "`shared.py`), plus the job's path latency."
+    )
+    predicted_cct_isolated_s: float | None = Field(
+        None,
+        description="The same job alone: its slowest link, shared only among its own "
+        "unsummed streams (`network.evaluate`). A lower bound of the shared figure.",
+    )
     surrogate_s: float = Field(description="The objective term: sum of per-link stream times.")
 
 
@@ -155,4 +170,9 @@ class Placement(_Doc):
     jobs: list[JobPlacement]
     objective_s: float = Field(description="Weighted sum of the jobs' surrogate costs.")
     mean_predicted_cct_s: float
+    cct_model: Literal["shared", "isolated"] = Field(
+        "isolated",
+        description="What `predicted_cct_s` means: `shared` (every job of the placement "
+        "sharing the fabric, up to 64 jobs) or `isolated` (each job alone).",
+    )
     stats: SolverStats

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from . import agg, baselines, exact
 from .context import SHARED_ROUTING_MAX_JOBS, Context
-from .documents import Aggregator, Instance, JobPlacement, Placement, SlotPool, SolverStats
+from .documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
 from .network import JobTree, evaluate
+from .pools import PoolAllocator
 from .validation import check_instance
 
 Decision = dict[str, set[str]]
@@ -106,7 +107,10 @@ def build_placement(
     ctx: Context, name: str, trees: dict[str, JobTree], aggs: Decision, stats: SolverStats
 ) -> Placement:
     """The placement document: who sums what, where it goes next, and the predicted CCT."""
-    next_base: dict[str, int] = {}
+    inst = ctx.instance
+    pools = PoolAllocator(
+        {n.id: n.slots for n in inst.topology.nodes if n.kind == "switch"}, inst.reserved
+    )
     jobs: list[JobPlacement] = []
     total = 0.0
     ccts = []
@@ -129,20 +133,18 @@ def build_placement(
         for w in job.workers:
             children.setdefault(absorber(tree.tor(w)), []).append(w)
         nexts = {}
-        for a in chosen:
+        for a in sorted(chosen):  # a set: sorted, so the document is the same on every run
             nexts[a] = absorber(tree.parent[a])
             children.setdefault(nexts[a], []).append(a)
         placed = []
         for a in [v for v in tree.order if v in chosen]:
-            base = next_base.get(a, 0)
-            next_base[a] = base + job.pool_slots
             placed.append(
                 Aggregator(
                     switch=a,
                     children=children.get(a, []),
                     fan_in=len(children.get(a, [])),
                     next_hop=nexts[a],
-                    pool=SlotPool(base=base, size=job.pool_slots),
+                    pool=pools.take(a, job.pool_slots),
                 )
             )
         jobs.append(
@@ -157,11 +159,22 @@ def build_placement(
         )
         total += job.weight * cost.surrogate
         ccts.append(cost.cct)
+    from .shared import shared_ccts  # the simulator's core (numba): only when placing
+
+    shared = shared_ccts(inst, jobs, ctx.net)
+    for jp, job in zip(jobs, ctx.jobs, strict=True):
+        jp.predicted_cct_isolated_s = jp.predicted_cct_s
+        if shared is not None and job.id in shared:
+            latency = max(trees[job.id].worker_delay.values())
+            # Sharing never makes a job faster than alone (the guard absorbs float slack).
+            jp.predicted_cct_s = max(shared[job.id] + latency, jp.predicted_cct_s)
+    ccts = [jp.predicted_cct_s for jp in jobs]
     return Placement(
         strategy=name,
         jobs=jobs,
         objective_s=ctx.weighted_cost(trees, aggs) if ctx.instance.switching_penalty_s else total,
         mean_predicted_cct_s=sum(ccts) / len(ccts) if ccts else 0.0,
+        cct_model="isolated" if shared is None else "shared",
         stats=stats,
     )
 

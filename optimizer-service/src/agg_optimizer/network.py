@@ -21,6 +21,7 @@ the last edge. The predicted CCT reported to users is the bottleneck form:
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from .documents import DEFAULT_HOP_LATENCY_US, DEFAULT_LINK_LATENCY_US, Instance, Job
+from .pools import usable
 
 RESIDUAL_FLOOR = 0.05
 # Bytes of the chunk whose transfer time weighs a link in INT-aware routing: large enough that
@@ -69,7 +71,18 @@ class Network:
         nodes = inst.topology.nodes
         is_switch = np.array([n.kind == "switch" for n in nodes])
         programmable = np.array([n.kind == "switch" and n.programmable for n in nodes])
-        slots = np.array([n.slots if n.kind == "switch" else 0 for n in nodes], dtype=np.int64)
+        pool = max((j.pool_slots for j in inst.jobs), default=1)
+        slots = np.array(
+            [
+                0
+                if n.kind != "switch"
+                else usable(n.slots, inst.reserved[n.id], pool)
+                if inst.reserved.get(n.id)
+                else n.slots
+                for n in nodes
+            ],
+            dtype=np.int64,
+        )
         hop = {s.switch: s.hop_latency_us * 1e-6 for s in inst.telemetry.switches}
         hop_s = np.array([hop.get(n.id, DEFAULT_HOP_LATENCY_US * 1e-6) for n in nodes])
         tele = {(t.src, t.dst): t for t in inst.telemetry.links}
@@ -349,3 +362,31 @@ def evaluate(tree: JobTree, aggs: set[str]) -> TreeCost:
     total += sum(tree.hop[a] for a in aggs)
     cct = bottleneck + max(tree.worker_delay.values())
     return TreeCost(streams=streams, surrogate=total, bottleneck=bottleneck, cct=cct)
+
+
+def cct_of(
+    net: Network, job: Job, worker_paths: Mapping[str, list[str]], aggs: set[str]
+) -> float | None:
+    """Predicted CCT (`evaluate`) of a given placement (its paths and aggregators) on
+    `net`'s link state, or None when it does not fit the network any more (a path leaves the
+    fabric or the paths do not form one tree towards the PS's switch)."""
+    root = net.attach.get(job.ps)
+    if root is None:
+        return None
+    pred = np.full(len(net.switch_ids), -1, dtype=np.int64)
+    for w in job.workers:
+        path = worker_paths.get(w)
+        if not path or path[0] != w or path[-1] != job.ps or net.attach.get(w) != path[1]:
+            return None
+        switches = path[1:-1]
+        if switches[-1] != root:
+            return None
+        for u, v in itertools.pairwise(switches):
+            if u not in net.sw_index or v not in net.sw_index or (u, v) not in net.resid:
+                return None
+            i, j = net.sw_index[u], net.sw_index[v]
+            if pred[i] not in (-1, j):
+                return None
+            pred[i] = j
+    tree = build_tree(net, job, pred)
+    return evaluate(tree, {a for a in aggs if a in tree.parent}).cct

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from .documents import DEFAULT_SLOTS, Link, Node, Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def fat_tree(
@@ -147,6 +148,8 @@ def from_onos(
 
 def to_networkx(topo: Topology) -> nx.Graph:
     """Undirected graph; node attributes from `Node`, edge attribute `capacity_gbps`."""
+    import networkx as nx  # here: the generators need not load it
+
     g = nx.Graph()
     for n in topo.nodes:
         g.add_node(n.id, **n.model_dump(exclude={"id"}))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import networkx as nx
 from pydantic import ValidationError
 
 from .documents import Instance
@@ -28,6 +27,8 @@ def describe_validation_error(err: ValidationError) -> str:
 
 def check_instance(inst: Instance) -> None:
     """Raise `InstanceError` for the first structural problem found."""
+    import networkx as nx  # here: `describe_validation_error` users need not load it
+
     topo = inst.topology
     kinds: dict[str, str] = {}
     for i, n in enumerate(topo.nodes):
@@ -62,6 +63,17 @@ def check_instance(inst: Instance) -> None:
     for i, st in enumerate(inst.telemetry.switches):
         if kinds.get(st.switch) != "switch":
             raise InstanceError(f"telemetry.switches[{i}].switch", f"unknown switch {st.switch!r}")
+
+    slots = {n.id: n.slots for n in topo.nodes if n.kind == "switch"}
+    for sw, held in inst.reserved.items():
+        if sw not in slots:
+            raise InstanceError(f"reserved.{sw}", f"unknown switch {sw!r}")
+        for k, p in enumerate(held):
+            if p.base + p.size > slots[sw]:
+                raise InstanceError(
+                    f"reserved.{sw}[{k}]",
+                    f"pool {p.base}..{p.base + p.size - 1} beyond the switch's {slots[sw]} slots",
+                )
 
     component = {n: c for c, comp in enumerate(nx.connected_components(g)) for n in comp}
     n_prog = sum(1 for n in topo.nodes if n.kind == "switch" and n.programmable)

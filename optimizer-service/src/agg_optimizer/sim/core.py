@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .fabric import Fabric
-from .fairshare import fill
+from .fairshare import fill, fill_numpy
 
 BACKGROUND, AGGREGATION = 0, 1
 # A flow is done when less than this many bytes are left (floating-point slack).
@@ -40,8 +40,11 @@ class Flow:
 
 
 class Simulator:
-    def __init__(self, fabric: Fabric, n_classes: int = 2) -> None:
+    def __init__(self, fabric: Fabric, n_classes: int = 2, *, compiled: bool = True) -> None:
+        """`compiled=False`: fair shares without numba (`fairshare.fill_numpy`), for a caller
+        that solves a few times and should not pay numba's import and load."""
         self.fabric = fabric
+        self._fill = fill if compiled else fill_numpy
         self.t = 0.0
         self.capacity = np.ascontiguousarray(fabric.capacity, dtype=np.float64)
         n = 64
@@ -224,7 +227,7 @@ class Simulator:
         self._dirty = False
         if alive.size == 0:
             return
-        self._rate[alive] = fill(
+        self._rate[alive] = self._fill(
             alive.astype(np.int64),
             self._width,
             self._links,

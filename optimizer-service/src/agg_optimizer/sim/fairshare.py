@@ -10,20 +10,72 @@ component gets that share on every link it uses.
 The simulator calls this at every flow arrival and completion, tens of thousands of times a
 run, so the loops are compiled with numba (cached on disk after the first run). Flows are
 rows of padded arrays (`links[s, :width[s]]`) that the simulator keeps between calls.
+
+`fill_numpy` is the same filling with numpy's array operations: for a caller that solves a
+few times (the placement's shared CCT), importing numba and loading the compiled loops
+(about 1 s, and seconds more where the cache is cold) costs more than it saves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
-from numba import njit
 
 # A link counts as full when less than this fraction of its capacity is left.
 FULL_TOL = 1e-9
 
+_compiled: Callable[..., np.ndarray] | None = None
 
-@njit(cache=True)
-def fill(rows, width, links, mult, cls, capacity, link_rate):  # pragma: no cover - compiled
-    """Rates of the flows in `rows`; adds each class's load per link to `link_rate`."""
+
+def fill(rows, width, links, mult, cls, capacity, link_rate):  # type: ignore[no-untyped-def]
+    """Rates of the flows in `rows`; adds each class's load per link to `link_rate`.
+    Compiled with numba on the first call."""
+    global _compiled
+    if _compiled is None:
+        from numba import njit
+
+        _compiled = njit(cache=True)(_fill_loops)
+    return _compiled(rows, width, links, mult, cls, capacity, link_rate)
+
+
+def fill_numpy(
+    rows: np.ndarray,
+    width: np.ndarray,
+    links: np.ndarray,
+    mult: np.ndarray,
+    cls: np.ndarray,
+    capacity: np.ndarray,
+    link_rate: np.ndarray,
+) -> np.ndarray:
+    """`fill` without numba: one vectorised pass per filling round."""
+    lk = links[rows]
+    on = np.arange(lk.shape[1]) < width[rows][:, None]
+    lk = np.where(on, lk, 0)
+    mu = np.where(on, mult[rows], 0.0)
+    n, n_links = rows.shape[0], capacity.shape[0]
+    rate = np.zeros(n)
+    left = capacity.astype(np.float64, copy=True)
+    frozen = np.zeros(n, dtype=bool)
+    while not frozen.all():
+        live = ~frozen
+        load = np.bincount(lk[live].ravel(), weights=mu[live].ravel(), minlength=n_links)
+        pos = load > 0.0
+        if not pos.any():
+            break  # the flows left load no link: unbounded (`fill` would not end)
+        inc = max(float(np.min(left[pos] / load[pos])), 0.0)
+        left -= load * inc
+        rate[live] += inc
+        full = left <= FULL_TOL * capacity
+        frozen |= live & (full[lk] & on).any(axis=1)
+    np.add.at(link_rate, (np.broadcast_to(cls[rows][:, None], lk.shape)[on], lk[on]),
+              (mu * rate[:, None])[on])  # fmt: skip
+    return rate
+
+
+def _fill_loops(rows: Any, width: Any, links: Any, mult: Any, cls: Any, capacity: Any,
+                link_rate: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
     n = rows.shape[0]
     n_links = capacity.shape[0]
     rate = np.zeros(n)

@@ -1,0 +1,50 @@
+"""Slot pools on a switch: what is free around the pools other jobs hold, and first-fit
+allocation in it. One ledger for every job, whatever strategy placed it: two pools that
+overlap on a switch would sum two jobs' gradients into the same registers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .documents import SlotPool
+
+
+def free_gaps(slots: int, held: Iterable[SlotPool]) -> list[tuple[int, int]]:
+    """The free (base, size) ranges of a switch's `slots` registers outside `held`, in
+    ascending order."""
+    gaps = []
+    at = 0
+    for p in sorted(held, key=lambda p: p.base):
+        if p.base > at:
+            gaps.append((at, min(p.base, slots) - at))
+        at = max(at, p.base + p.size)
+        if at >= slots:
+            break
+    if at < slots:
+        gaps.append((at, slots - at))
+    return [g for g in gaps if g[1] > 0]
+
+
+def usable(slots: int, held: Iterable[SlotPool], pool: int) -> int:
+    """Slots the solvers may count on: the free ranges rounded down to whole pools of
+    `pool` slots, so that pools of that size placed by count always fit."""
+    return sum(size // pool * pool for _, size in free_gaps(slots, held))
+
+
+class PoolAllocator:
+    """First-fit pools per switch around what others hold."""
+
+    def __init__(self, slots: dict[str, int], held: dict[str, list[SlotPool]]) -> None:
+        self.slots = slots
+        self.gaps = {s: free_gaps(n, held.get(s, [])) for s, n in slots.items()}
+
+    def take(self, switch: str, size: int) -> SlotPool:
+        gaps = self.gaps[switch]
+        for i, (base, free) in enumerate(gaps):
+            if free >= size:
+                gaps[i] = (base + size, free - size)
+                return SlotPool(base=base, size=size)
+        raise ValueError(
+            f"switch {switch!r}: no {size} contiguous free slots left (free ranges: "
+            f"{[g for g in gaps if g[1]]}); pools of unequal sizes can fragment a switch"
+        )
