@@ -92,7 +92,7 @@ def test_services_accept_their_environment_and_find_influxdb(
     assert s.influx_bucket == init["DOCKER_INFLUXDB_INIT_BUCKET"]
 
 
-def test_optimizer_finds_onos_keeps_its_state_and_needs_no_token_by_default(
+def test_optimizer_finds_onos_keeps_its_state_and_keeps_a_generated_token_in_it(
     model: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     svc = model["services"]["optimizer"]
@@ -103,7 +103,10 @@ def test_optimizer_finds_onos_keeps_its_state_and_needs_no_token_by_default(
     assert s.decisions_bucket in (None, s.influx_bucket)  # where the dashboard looks
     mounts = [v["target"] for v in svc["volumes"] if v["type"] == "volume"]
     assert str(Path(s.db_path).parent) in mounts, "the SQLite state would die with the container"
+    # No token given: one is generated into the state volume, so the published port is
+    # never open to anyone (the service refuses 0.0.0.0 without a token).
     assert not (s.api_token and s.api_token.get_secret_value())
+    assert s.api_token_file is not None and str(s.api_token_file.parent) in mounts
 
 
 def test_onos_setup_services_use_the_onos_rest_base(model: dict[str, Any]) -> None:
@@ -175,7 +178,9 @@ def test_optimizer_listens_where_published_and_its_healthcheck_route_exists(
     assert container_ports(svc) == {args["port"]}
     url = urlsplit(healthcheck_url(svc))
     assert (url.hostname, url.port) == ("127.0.0.1", args["port"])
-    s = settings_of("optimizer", svc, monkeypatch).model_copy(update={"db_path": tmp_path / "db"})
+    s = settings_of("optimizer", svc, monkeypatch).model_copy(
+        update={"db_path": tmp_path / "db", "api_token_file": tmp_path / "api-token"}
+    )
     app = create_app(s, loop=False)
     assert url.path in {getattr(r, "path", None) for r in app.routes}
     assert TestClient(app).get(url.path).status_code == 200  # liveness: no ONOS needed

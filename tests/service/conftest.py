@@ -19,6 +19,7 @@ from .onos_standin import StandinOnos
 @pytest.fixture
 def onos() -> Iterator[StandinOnos]:
     srv = StandinOnos()
+    srv.aggregation = {}  # our ONOS app installed, as in a deployment; tests may remove it
     srv.start()
     yield srv
     srv.stop()
@@ -49,6 +50,6 @@ def settings(onos: StandinOnos, influx: InfluxServer, bucket: str, tmp_path: Pat
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     app = create_app(settings, loop=False)
-    with TestClient(app) as c:
+    with TestClient(app, headers={"Content-Type": "application/json"}) as c:
         yield c
     app.state.service.close()

@@ -1,214 +1,31 @@
-"""A stand-in for the part of ONOS 2.7's REST API the service uses, over real HTTP.
+"""The ONOS stand-in of the service tests: `agg_optimizer.sim.onos_rest.OnosRest` (the part of
+ONOS 2.7's REST API the service uses, over real HTTP) serving the recorded bodies of a real
+ONOS under `tests/fixtures/onos`; the aggregation app's resource answers 404 (not installed)
+unless a test sets `aggregation` to a dict (the service tests' `onos` fixture does).
 
 For machines without the ONOS 2.7.0 built from source (docs/service.md, "Testing against
 ONOS"); where that ONOS exists, `test_onos_real.py` runs the service against it and
-`test_standin_parity.py` sends the same requests to both and compares the answers, so what
-follows is checked against ONOS, not only read from its sources: `IntentCodec` /
-`PointToPointIntentCodec` decoding (type, appId registered or 404 "Application ID is not
-found", key, ingress/egress points, WaypointConstraint); intent states (INSTALLED when a path
-through the waypoints exists over ACTIVE links, else FAILED; recomputed when links change);
-`GET`/`DELETE /intents/{app}/{key}` answering 400 "For input string" for an unknown
-non-numeric key (ONOS falls back to `Long.decode(key)`), 404 (GET) or 204 (DELETE) for an
-unknown numeric key, 404 for an unregistered app; `GET /intents/application/{app}` 404 for an
-unregistered app; basic auth (401); and no `/onos/innet-agg` resource (the ONOS app is not
-installed: 404).
+`test_standin_parity.py` compares the answers of both to the same requests.
 """
 
 from __future__ import annotations
 
-import base64
-import itertools
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote
 
-import networkx as nx
+from agg_optimizer.sim.onos_rest import APP_ID_NOT_FOUND, OnosRest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onos"
 
-
-# IntentsWebResource's own message; decoding a posted intent (IntentCodec) says "Application
-# ID is not found" instead.
-APP_ID_NOT_FOUND = "Application Id not found"
+__all__ = ["APP_ID_NOT_FOUND", "StandinOnos"]
 
 
-def _decodes_as_long(s: str) -> bool:
-    """Java's Long.decode: optional sign, then 0x/0X/# (hex), 0 (octal) or decimal digits."""
-    body = s[1:] if s[:1] in "+-" else s
-    for prefix, base in (("0x", 16), ("0X", 16), ("#", 16)):
-        if body.startswith(prefix):
-            body, radix = body[len(prefix) :], base
-            break
-    else:
-        radix = 8 if body.startswith("0") and len(body) > 1 else 10
-    if not body or body[0] in "+-":
-        return False
-    try:
-        int(body, radix)
-    except ValueError:
-        return False
-    return True
-
-
-class StandinOnos:
+class StandinOnos(OnosRest):
     def __init__(self, port: int = 0) -> None:
-        self.devices = json.loads((FIXTURES / "devices.json").read_text())
-        self.links = json.loads((FIXTURES / "links.json").read_text())
-        self.hosts = json.loads((FIXTURES / "hosts.json").read_text())
-        self.apps: set[str] = set()
-        self.intents: dict[tuple[str, str], dict[str, Any]] = {}
-        self.requests: list[tuple[str, str]] = []
-        self.aggregation: dict[str, Any] | None = None  # None: the ONOS app is not installed
-        # ONOS accepts an intent (201) before its store holds it; until then a lookup of the
-        # key fails as for an unknown key. Lookups a new intent stays unknown for:
-        self.unknown_lookups = 0
-        self.unseen: dict[tuple[str, str], int] = {}
-        self.lock = threading.Lock()
-        self.port = port
-        self.server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/onos/v1"
-
-    def start(self) -> None:
-        standin = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, code: int, body: Any = None) -> None:
-                data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _handle(self, method: str) -> None:
-                auth = self.headers.get("Authorization", "")
-                if auth != "Basic " + base64.b64encode(b"onos:rocks").decode():
-                    self._send(401, {"code": 401, "message": "Unauthorized"})
-                    return
-                n = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(n)) if n else None
-                with standin.lock:
-                    standin.requests.append((method, self.path))
-                    code, out = standin.route(method, self.path, body)
-                self._send(code, out)
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def do_POST(self) -> None:
-                self._handle("POST")
-
-            def do_DELETE(self) -> None:
-                self._handle("DELETE")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-
-    # --- the API ------------------------------------------------------------------------
-
-    def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        parts = [unquote(p) for p in path.split("?")[0].strip("/").split("/")]
-        if parts[:2] == ["onos", "innet-agg"]:
-            if self.aggregation is None:
-                return 404, {"code": 404, "message": "HTTP 404 Not Found"}
-            self.aggregation[parts[-1]] = body
-            return 200, {}
-        if parts[:2] != ["onos", "v1"]:
-            return 404, {"code": 404, "message": "HTTP 404 Not Found"}
-        p = parts[2:]
-        if method == "GET" and p == ["devices"]:
-            return 200, self.devices
-        if method == "GET" and p == ["links"]:
-            return 200, self.links
-        if method == "GET" and p == ["hosts"]:
-            return 200, self.hosts
-        if method == "POST" and len(p) == 3 and p[0] == "applications" and p[2] == "register":
-            self.apps.add(p[1])
-            return 200, {"name": p[1], "id": len(self.apps)}
-        if p[:1] == ["intents"]:
-            return self._intents(method, p[1:], body)
-        return 404, {"code": 404, "message": "HTTP 404 Not Found"}
-
-    def _intents(self, method: str, p: list[str], body: Any) -> tuple[int, Any]:
-        if method == "POST" and not p:
-            if body.get("type") != "PointToPointIntent":
-                return 400, {"code": 400, "message": f"Intent type {body.get('type')} ..."}
-            if body.get("appId") not in self.apps:
-                return 404, {"code": 404, "message": "Application ID is not found"}
-            key = body.get("key")
-            self.intents[(body["appId"], key)] = body
-            if self.unknown_lookups:
-                self.unseen[(body["appId"], key)] = self.unknown_lookups
-            return 201, None
-        if method == "GET" and len(p) == 2 and p[0] == "application":
-            if p[1] not in self.apps:
-                return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
-            return 200, {
-                "intents": [self._encode(k, b) for k, b in self.intents.items() if k[0] == p[1]]
-            }
-        if len(p) == 2 and method in ("GET", "DELETE"):
-            # IntentsWebResource: the app must be registered; the key is looked up as a string,
-            # then as Long.decode(key), whose NumberFormatException answers 400.
-            if p[0] not in self.apps:
-                return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
-            key = (p[0], p[1])
-            if self.unseen.get(key):
-                self.unseen[key] -= 1
-                key = (p[0], "")
-            if key not in self.intents and not _decodes_as_long(p[1]):
-                return 400, {"code": 400, "message": f'For input string: "{p[1]}"'}
-            if method == "GET":
-                if key not in self.intents:
-                    return 404, {"code": 404, "message": "Intent is not found"}
-                return 200, self._encode(key, self.intents[key])
-            self.intents.pop(key, None)
-            self.unseen.pop(key, None)
-            return 204, None
-        return 404, {"code": 404, "message": "HTTP 404 Not Found"}
-
-    def _encode(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "type": body["type"],
-            "id": hex(abs(hash(key)) % (1 << 32)),
-            "key": key[1],
-            "appId": key[0],
-            "resources": [],
-            "state": self._state(body),
-        }
-
-    def _state(self, body: dict[str, Any]) -> str:
-        g = nx.Graph()
-        for ln in self.links["links"]:
-            if ln.get("state", "ACTIVE") == "ACTIVE":
-                g.add_edge(ln["src"]["device"], ln["dst"]["device"])
-        stops = [body["ingressPoint"]["device"]]
-        for c in body.get("constraints", []):
-            if c["type"] == "WaypointConstraint":
-                stops += c["waypoints"]
-        stops.append(body["egressPoint"]["device"])
-        for a, b in itertools.pairwise(stops):
-            if a != b and not (g.has_node(a) and g.has_node(b) and nx.has_path(g, a, b)):
-                return "FAILED"
-        return "INSTALLED"
-
-    def set_link(self, a: str, b: str, state: str) -> None:
-        with self.lock:
-            for ln in self.links["links"]:
-                if {ln["src"]["device"], ln["dst"]["device"]} == {a, b}:
-                    ln["state"] = state
+        super().__init__(
+            *(
+                json.loads((FIXTURES / f"{name}.json").read_text())
+                for name in ("devices", "links", "hosts")
+            ),
+            port=port,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
@@ -9,7 +10,7 @@ from influxdb_client import InfluxDBClient, Point, WritePrecision
 from influxdb_client.client.write_api import SYNCHRONOUS
 
 from agg_optimizer.service.app import create_app
-from agg_optimizer.service.onos import intent_key
+from agg_optimizer.service.onos import intent_key, job_of_key
 
 from .conftest import make_settings
 from .onos_standin import StandinOnos
@@ -30,6 +31,15 @@ def ours(onos: StandinOnos) -> dict[str, dict]:
 
 def intent_posts(onos: StandinOnos) -> int:
     return sum(1 for m, p in onos.requests if m == "POST" and p.endswith("/intents"))
+
+
+def test_intent_keys_name_their_job_both_ways() -> None:
+    fwd, ack = intent_key("a-b", "00:00:00:00:00:0A"), intent_key("a-b", "00:00:00:00:00:0a", True)
+    assert (fwd, ack) == ("ia-a-b-00000000000a", "ia-a-b-00000000000a-ack")
+    assert job_of_key(fwd) == job_of_key(ack) == "a-b"
+    assert job_of_key("ia-x-ack-00000000000a") == "x-ack"  # a job may end in -ack
+    assert job_of_key("ia-x-00000000000a-ack-ack") is None
+    assert job_of_key("other-intent") is None
 
 
 def test_job_create_resolves_ids_macs_and_ips(client: TestClient) -> None:
@@ -74,7 +84,7 @@ def test_limits_give_413(onos, influx, bucket, tmp_path) -> None:
         max_workers_per_job=2,
         max_request_bytes=2048,
     )
-    with TestClient(create_app(s, loop=False)) as c:
+    with TestClient(create_app(s, loop=False), headers={"Content-Type": "application/json"}) as c:
         assert c.post("/api/v1/jobs", json=JOB).status_code == 413  # 3 workers > 2
         assert c.post("/api/v1/jobs", json={**JOB, "workers": [H1]}).status_code == 201
         r = c.post("/api/v1/jobs", json={**JOB, "id": "b", "workers": [H2]})
@@ -93,15 +103,28 @@ def test_place_applies_intents_pinned_through_the_aggregators(
     assert r.status_code == 200, r.text
     res = r.json()
     assert res["status"] == "applied", res
-    assert res["aggregation"] == "app-not-installed"
+    assert res["aggregation"] == "applied"
+    assert onos.aggregation is not None and "resnet-a" in onos.aggregation
     assert {i["state"] for i in res["intents"]} == {"INSTALLED"}
     placed = res["placement"]
-    keys = {intent_key("resnet-a", h.split("/")[0]) for h in (H1, H2, H3)}
+    macs = [h.split("/")[0] for h in (H1, H2, H3)]
+    keys = {intent_key("resnet-a", m, ack) for m in macs for ack in (False, True)}
     assert set(ours(onos)) == keys
+    ps = {"device": "device:leaf2", "port": "2"}
     for worker, path in placed["worker_paths"].items():
-        body = ours(onos)[intent_key("resnet-a", worker.split("/")[0])]
-        assert body["constraints"][0]["waypoints"] == [n for n in path if n.startswith("device:")]
-        assert body["egressPoint"] == {"device": "device:leaf2", "port": "2"}
+        mac = worker.split("/")[0]
+        switches = [n for n in path if n.startswith("device:")]
+        body = ours(onos)[intent_key("resnet-a", mac)]
+        assert body["constraints"][0]["waypoints"] == switches
+        assert body["egressPoint"] == ps
+        # The PS acknowledges every chunk to each worker: the same switches, reversed.
+        ack = ours(onos)[intent_key("resnet-a", mac, ack=True)]
+        assert ack["constraints"][0]["waypoints"] == switches[::-1]
+        assert ack["ingressPoint"] == ps and ack["egressPoint"] == body["ingressPoint"]
+        assert ack["selector"]["criteria"] == [
+            {"type": "ETH_SRC", "mac": "00:00:00:00:00:04"},
+            {"type": "ETH_DST", "mac": mac},
+        ]
     for agg in placed["aggregators"]:
         for child in agg["children"]:
             if child in placed["worker_paths"]:
@@ -122,7 +145,7 @@ def test_intents_onos_does_not_know_yet_are_waited_for_not_failed(
     assert res["status"] == "applied", res
     assert {i["state"] for i in res["intents"]} == {"INSTALLED"}
     gets = [p for m, p in onos.requests if m == "GET" and "/intents/org.innetagg" in p]
-    assert len(gets) >= 3 * 4  # each of the 3 intents: 3 unknown answers, then INSTALLED
+    assert len(gets) >= 6 * 4  # each of the 6 intents: 3 unknown answers, then INSTALLED
     assert client.delete("/api/v1/jobs/resnet-a").status_code == 200
     assert ours(onos) == {}
 
@@ -134,11 +157,11 @@ def test_reapply_changes_nothing_and_delete_removes_everything(
     client.post("/api/v1/jobs/resnet-a/placement")
     posts = intent_posts(onos)
     again = client.post("/api/v1/jobs/resnet-a/placement").json()
-    assert again["changes"]["submit"] == [] and len(again["changes"]["unchanged"]) == 3
+    assert again["changes"]["submit"] == [] and len(again["changes"]["unchanged"]) == 6
     assert intent_posts(onos) == posts
     assert len(client.get("/api/v1/jobs/resnet-a/placements").json()) == 2
     r = client.delete("/api/v1/jobs/resnet-a")
-    assert r.status_code == 200 and r.json()["intents_removed"] == 3
+    assert r.status_code == 200 and r.json()["intents_removed"] == 6
     assert ours(onos) == {}
     assert client.get("/api/v1/jobs/resnet-a").status_code == 404
 
@@ -181,15 +204,19 @@ def test_onos_down_mid_apply_is_partial_then_reconciled(
     assert rec["removed"] == [] and rec["resubmitted"] == []
     assert client.get("/api/v1/jobs/resnet-a/placement").json()["status"] == "applied"
     res = client.post("/api/v1/jobs/resnet-a/placement").json()
-    assert res["status"] == "applied" and len(res["changes"]["submit"]) == 2
-    assert len(ours(onos)) == 3
+    assert res["status"] == "applied" and len(res["changes"]["submit"]) == 5
+    assert len(ours(onos)) == 6
 
 
 def test_onos_unreachable_gives_503_with_reason(client: TestClient, onos: StandinOnos) -> None:
     onos.stop()
     r = client.post("/api/v1/jobs", json=JOB)
     assert r.status_code == 503 and "unreachable" in r.json()["detail"]
-    r = client.get("/readyz")
+    # /readyz answers from the background probe (every PROBE_PERIOD_S, 1 s): at once, and
+    # with ONOS down by the next probe.
+    deadline = time.monotonic() + 3
+    while (r := client.get("/readyz")).status_code != 503 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert r.status_code == 503 and r.json()["checks"]["influxdb"] == "ok"
     assert client.get("/healthz").status_code == 200
 
@@ -197,21 +224,21 @@ def test_onos_unreachable_gives_503_with_reason(client: TestClient, onos: Standi
 def test_restart_reconciles_no_duplicates_no_orphans(onos, influx, bucket, tmp_path) -> None:
     s = make_settings(onos, influx, bucket, tmp_path / "db")
     app = create_app(s, loop=False)
-    with TestClient(app) as c:
+    with TestClient(app, headers={"Content-Type": "application/json"}) as c:
         c.post("/api/v1/jobs", json=JOB)
         c.post("/api/v1/jobs", json={**JOB, "id": "b", "workers": [H3], "ps": H1})
         c.post("/api/v1/placements", json={})
     app.state.service.close()
-    assert len(ours(onos)) == 4
+    assert len(ours(onos)) == 8  # 4 workers: an intent each way
     # While the service was down: ONOS lost one intent, and holds one of a job nobody knows.
     gone = intent_key("resnet-a", "00:00:00:00:00:01")
     kept = onos.intents.pop((APP, gone))
     onos.intents[(APP, "ia-ghost-000000000009")] = {**kept, "key": "ia-ghost-000000000009"}
     app2 = create_app(s, loop=False)
-    with TestClient(app2) as c:
+    with TestClient(app2, headers={"Content-Type": "application/json"}) as c:
         assert {j["id"] for j in c.get("/api/v1/jobs").json()} == {"resnet-a", "b"}
         keys = set(ours(onos))
-        assert gone in keys and "ia-ghost-000000000009" not in keys and len(keys) == 4
+        assert gone in keys and "ia-ghost-000000000009" not in keys and len(keys) == 8
         res = c.post("/api/v1/placements", json={}).json()
         assert all(r["changes"]["submit"] == [] for r in res)
     app2.state.service.close()
@@ -219,7 +246,7 @@ def test_restart_reconciles_no_duplicates_no_orphans(onos, influx, bucket, tmp_p
 
 def test_bearer_token_guards_mutations(onos, influx, bucket, tmp_path) -> None:
     s = make_settings(onos, influx, bucket, tmp_path / "db", api_token="s3cret")
-    with TestClient(create_app(s, loop=False)) as c:
+    with TestClient(create_app(s, loop=False), headers={"Content-Type": "application/json"}) as c:
         assert c.post("/api/v1/jobs", json=JOB).status_code == 401
         bad = {"Authorization": "Bearer nope"}
         assert c.post("/api/v1/jobs", json=JOB, headers=bad).status_code == 401
@@ -300,7 +327,9 @@ def test_control_loop_reacts_to_a_link_down_with_hysteresis(
     client.post("/api/v1/jobs/resnet-a/placement")
     first = svc.step()
     assert first["changed"] == []
-    assert svc.step() == {"trigger": "periodic", "jobs": ["resnet-a"], "changed": []}
+    again = svc.step()
+    assert (again["trigger"], again["jobs"], again["changed"]) == ("periodic", ["resnet-a"], [])
+    assert again["kept"] == again["restored"] == []
     cur = client.get("/api/v1/jobs/resnet-a/placement").json()["placement"]
     used = {n for p in cur["worker_paths"].values() for n in p if n.startswith("device:spine")}
     for spine in used:

@@ -31,7 +31,7 @@ def test_placement_installs_intents_and_aggregation_entries_delete_removes_both(
     assert res["status"] == "applied", res
     assert res["aggregation"] == "applied"
     listed = onos_real.get(f"/intents/application/{app_id}")["intents"]
-    assert {i["state"] for i in listed} == {"INSTALLED"} and len(listed) == 3
+    assert {i["state"] for i in listed} == {"INSTALLED"} and len(listed) == 6
     placed = res["placement"]
     assert placed["aggregators"], placed
     rules = onos_real.table_flows(".agg_job")

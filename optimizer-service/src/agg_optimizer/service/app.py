@@ -6,21 +6,35 @@ ONOS and InfluxDB calls never run on the event loop.
 
 from __future__ import annotations
 
+import json
 import secrets
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, StrictBool
 
 from ..engine import STRATEGIES
 from .core import BadField, Conflict, NotFound, Service, TooLarge, Unavailable
-from .settings import Settings
+from .settings import Settings, resolve_token
 
+
+def _no_bool(v: Any) -> Any:
+    """JSON `true` is not a number here (pydantic's lax mode would read it as 1)."""
+    if isinstance(v, bool):
+        raise ValueError("a number is required, not a boolean")
+    return v
+
+
+Count = Annotated[PositiveInt, BeforeValidator(_no_bool)]
 JOB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 HOST_REF = r"^[0-9A-Za-z:./_-]{1,64}$"
 Strategy = Literal[tuple(STRATEGIES)]  # type: ignore[valid-type]
@@ -29,6 +43,7 @@ Strategy = Literal[tuple(STRATEGIES)]  # type: ignore[valid-type]
 class JobIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {
@@ -46,10 +61,10 @@ class JobIn(BaseModel):
         min_length=1, description="ONOS host ids, MACs or IPs of the workers."
     )
     ps: str = Field(pattern=HOST_REF, description="The parameter server (host id, MAC or IP).")
-    update_bytes: PositiveInt = Field(le=10**12)
-    weight: float = Field(1.0, gt=0, le=1e6)
-    max_aggregators: PositiveInt | None = Field(None, le=10_000)
-    pool_slots: PositiveInt = Field(128, le=1 << 20)
+    update_bytes: Count = Field(le=10**12)
+    weight: Annotated[float, BeforeValidator(_no_bool)] = Field(1.0, gt=0, le=1e6)
+    max_aggregators: Count | None = Field(None, le=10_000)
+    pool_slots: Count = Field(128, le=1 << 20)
     strategy: Strategy = "agg"  # type: ignore[valid-type]
 
 
@@ -65,7 +80,7 @@ class PlaceAllIn(BaseModel):
     jobs: list[Annotated[str, Field(pattern=JOB_ID)]] | None = Field(
         None, max_length=10_000, description="Job ids; none means every job."
     )
-    dry_run: bool = False
+    dry_run: StrictBool = False
 
 
 class Metrics:
@@ -85,8 +100,13 @@ class Metrics:
         )
 
 
+DRAIN_FACTOR = 16  # a body over the limit is read and dropped up to this many times it
+
+
 class BodyLimit:
-    """ASGI middleware: 413 when a request body exceeds `max_bytes` (declared or streamed)."""
+    """ASGI middleware: 413 when a request body exceeds `max_bytes`, declared or streamed
+    (chunked). The body is read here first, up to the limit, and handed on whole: a body
+    cut off inside the app would surface as FastAPI's 400 "error parsing the body"."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
@@ -102,29 +122,131 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await too_big(scope, receive, send)
             return
+        if declared == b"0" or scope.get("method") in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted() -> dict:
-            nonlocal seen
+        while True:
             msg = await receive()
-            seen += len(msg.get("body", b""))
+            if msg["type"] != "http.request":  # the client went away
+                return
+            body = msg.get("body", b"")
+            seen += len(body)
             if seen > limit:
-                raise _BodyTooLarge
-            return msg
+                # Read and drop what the client is still sending (up to a bound) before
+                # answering: once the answer is complete the server stops reading, and
+                # closing on unread data resets the connection, so the client may lose
+                # the 413 it was about to read.
+                while msg.get("more_body", False) and seen <= DRAIN_FACTOR * limit:
+                    msg = await receive()
+                    if msg["type"] != "http.request":
+                        return  # the client went away
+                    seen += len(msg.get("body", b""))
+                await too_big(scope, receive, send)
+                return
+            chunks.append(body)
+            if not msg.get("more_body", False):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        given = False
+
+        async def replay() -> dict:
+            nonlocal given
+            if not given:
+                given = True
+                return whole
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class Observe:
+    """ASGI middleware: request count and latency per route. Plain ASGI, not
+    `@app.middleware("http")`, whose request/response wrapping cost more per request than
+    a cached dry run."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500
+
+        async def sent(msg: dict) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
 
         try:
-            await self.app(scope, counted, send)
-        except _BodyTooLarge:
-            await too_big(scope, receive, send)
+            await self.app(scope, receive, sent)
+        finally:
+            name = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(name, str(status)).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - t0)
 
 
-class _BodyTooLarge(Exception):
-    pass
+class RateLimit:
+    """A token bucket: `per_minute` events a minute, bursts up to that many."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = float(per_minute)
+        self.tokens = float(per_minute)
+        self.at = time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self) -> float:
+        """0 if an event may go now (and count it), else the seconds until one may."""
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens >= 1.0:
+                self.tokens -= 1.0
+                return 0.0
+            return (1.0 - self.tokens) / self.rate
+
+
+def _json_safe_error(err: dict[str, Any]) -> dict[str, Any]:
+    out = {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type")}
+    try:
+        json.dumps(err.get("input"), allow_nan=False)
+        out["input"] = err.get("input")
+    except (TypeError, ValueError):
+        out["input"] = repr(err.get("input"))[:100]
+    return out
+
+
+class ErrorOut(BaseModel):
+    detail: Any = Field(description="What was wrong: a message, or FastAPI's list of fields.")
+
+
+def _err(*codes: int) -> dict[int | str, dict[str, Any]]:
+    what = {
+        400: "a malformed request",
+        401: "the bearer token is missing or wrong",
+        404: "no such job, or no placement computed yet",
+        409: "the placement cannot be made (the reason names the job and field)",
+        413: "the request body is too large, or the job asks too much",
+        415: "a mutation without the token must be sent as application/json",
+        422: "a field is invalid (loc names it)",
+        429: "too many what-if computations; Retry-After says when to try again",
+        503: "ONOS or InfluxDB is unavailable",
+    }
+    return {c: {"model": ErrorOut, "description": what[c]} for c in codes}
 
 
 def create_app(settings: Settings, service: Service | None = None, *, loop: bool = True) -> FastAPI:
     svc = service or Service(settings)
     metrics = Metrics()
+    token = resolve_token(settings)
+    what_if_limit = RateLimit(settings.what_if_per_minute)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Iterator[None]:  # type: ignore[misc]
@@ -133,12 +255,13 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         except Unavailable as e:
             metrics.events.labels("reconcile_deferred").inc()
             app.state.reconcile_error = str(e)
+        svc.start_probe()
         if loop:
             svc.start_loop()
         yield
         svc.stop_loop()
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="innet-agg optimizer",
         version="1",
         description="Places in-network aggregation for training jobs and applies it in ONOS.",
@@ -147,15 +270,11 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     app.state.service = svc
     app.state.reconcile_error = None
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[..., Awaitable[Any]]) -> Any:
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "unmatched")
-        metrics.requests.labels(name, str(response.status_code)).inc()
-        metrics.latency.labels(name).observe(time.perf_counter() - t0)
-        return response
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's own 422, without the offending input where JSON cannot carry it (NaN,
+        Infinity: rendering them raised and answered 500)."""
+        return JSONResponse({"detail": [_json_safe_error(e) for e in exc.errors()]}, 422)
 
     def errors(fn: Callable[[], Any]) -> Any:
         try:
@@ -180,13 +299,35 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         except Unavailable as e:
             raise HTTPException(503, str(e)) from None
 
-    def mutating(authorization: Annotated[str | None, Header()] = None) -> None:
-        token = settings.api_token.get_secret_value() if settings.api_token else None
-        if not token:
+    def authorized(authorization: str | None) -> bool:
+        """`Authorization: Bearer <token>`, exactly (the scheme's case aside, RFC 7235)."""
+        if not token or not authorization:
+            return False
+        scheme, _, given = authorization.partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.encode())
+
+    async def mutating(
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        content_type: Annotated[str | None, Header()] = None,
+    ) -> None:
+        if token:
+            if not authorized(authorization):
+                raise HTTPException(
+                    401,
+                    "Authorization: Bearer <token> required (AGG_OPTIMIZER_API_TOKEN)",
+                    {"WWW-Authenticate": "Bearer"},
+                )
             return
-        given = (authorization or "").removeprefix("Bearer ").strip()
-        if not authorization or not secrets.compare_digest(given.encode(), token.encode()):
-            raise HTTPException(401, "bearer token required", {"WWW-Authenticate": "Bearer"})
+        # No token (loopback only): a cross-site form can post here, but it cannot send
+        # JSON's content type without the browser asking first, which we never allow.
+        media = (content_type or "").split(";")[0].strip().lower()
+        if request.method == "POST" and media != "application/json":
+            raise HTTPException(
+                415,
+                "send Content-Type: application/json (required for mutations when no API "
+                "token is set), or set AGG_OPTIMIZER_API_TOKEN and send it as a bearer token",
+            )
 
     auth = [Depends(mutating)]
     v1 = "/api/v1"
@@ -208,7 +349,13 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
             c.inc(v - c._value.get())
         return generate_latest(metrics.registry).decode()
 
-    @app.post(f"{v1}/jobs", status_code=201, tags=["jobs"], dependencies=auth)
+    @app.post(
+        f"{v1}/jobs",
+        status_code=201,
+        tags=["jobs"],
+        dependencies=auth,
+        responses=_err(401, 409, 413, 415, 422, 503),
+    )
     def create_job(job: JobIn) -> dict[str, Any]:
         spec = job.model_dump(exclude={"strategy"})
         return errors(lambda: svc.create_job(spec, job.strategy))
@@ -217,27 +364,54 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     def list_jobs() -> list[dict[str, Any]]:
         return [svc.get_job(j["id"]) for j in svc.store.jobs()]
 
-    @app.get(f"{v1}/jobs/{{job_id}}", tags=["jobs"])
+    @app.get(f"{v1}/jobs/{{job_id}}", tags=["jobs"], responses=_err(404))
     def get_job(job_id: str) -> dict[str, Any]:
         return errors(lambda: svc.get_job(job_id))
 
-    @app.delete(f"{v1}/jobs/{{job_id}}", tags=["jobs"], dependencies=auth)
+    @app.delete(
+        f"{v1}/jobs/{{job_id}}", tags=["jobs"], dependencies=auth, responses=_err(401, 404, 503)
+    )
     def delete_job(job_id: str) -> dict[str, Any]:
         return errors(lambda: svc.delete_job(job_id))
 
-    @app.put(f"{v1}/jobs/{{job_id}}/strategy", tags=["jobs"], dependencies=auth)
+    @app.put(
+        f"{v1}/jobs/{{job_id}}/strategy",
+        tags=["jobs"],
+        dependencies=auth,
+        responses=_err(401, 404, 422),
+    )
     def set_strategy(job_id: str, body: StrategyIn) -> dict[str, Any]:
         return errors(lambda: svc.set_strategy(job_id, body.strategy))
 
-    @app.post(f"{v1}/jobs/{{job_id}}/placement", tags=["placements"], dependencies=auth)
+    @app.post(
+        f"{v1}/jobs/{{job_id}}/placement",
+        tags=["placements"],
+        dependencies=auth,
+        responses=_err(401, 404, 409, 415, 503),
+    )
     def place_job(job_id: str, dry_run: bool = False) -> dict[str, Any]:
         return errors(lambda: svc.place([job_id], dry_run))[0]
 
-    @app.post(f"{v1}/placements", tags=["placements"], dependencies=auth)
-    def place_all(body: PlaceAllIn) -> list[dict[str, Any]]:
-        return errors(lambda: svc.place(body.jobs, body.dry_run))
+    @app.post(
+        f"{v1}/placements",
+        tags=["placements"],
+        dependencies=auth,
+        response_model=list[dict[str, Any]],
+        responses=_err(401, 404, 409, 413, 415, 422, 503),
+    )
+    async def place_all(body: PlaceAllIn) -> Any:
+        # Dry runs are served from the service's cache of encoded answers: a hit is answered
+        # on the event loop, without a worker thread (under 50 concurrent clients the hop
+        # to the thread pool and the GIL convoy it caused set the latency); a miss is
+        # computed in the thread pool, once for every identical request waiting.
+        if body.dry_run:
+            data = svc.dry_run_cached(body.jobs)
+            if data is None:
+                data = await run_in_threadpool(errors, lambda: svc.dry_run_json(body.jobs))
+            return Response(data, 200, media_type="application/json")
+        return await run_in_threadpool(errors, lambda: svc.place(body.jobs, False))
 
-    @app.get(f"{v1}/jobs/{{job_id}}/placement", tags=["placements"])
+    @app.get(f"{v1}/jobs/{{job_id}}/placement", tags=["placements"], responses=_err(404))
     def current(job_id: str) -> dict[str, Any]:
         def get() -> dict[str, Any]:
             svc.get_job(job_id)
@@ -248,26 +422,51 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
 
         return errors(get)
 
-    @app.get(f"{v1}/jobs/{{job_id}}/placements", tags=["placements"])
+    @app.get(f"{v1}/jobs/{{job_id}}/placements", tags=["placements"], responses=_err(404))
     def history(job_id: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> Any:
         return errors(lambda: (svc.get_job(job_id), svc.store.placements(job_id, limit))[1])
 
-    @app.get(f"{v1}/jobs/{{job_id}}/what-if", tags=["placements"])
-    def what_if(job_id: str) -> dict[str, Any]:
-        return errors(lambda: svc.what_if(job_id))
+    @app.get(
+        f"{v1}/jobs/{{job_id}}/what-if", tags=["placements"], responses=_err(404, 409, 429, 503)
+    )
+    def what_if(
+        job_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        """Every strategy on the job, on the current view. A computed answer is kept for
+        that view and job set; callers without the token may make `what_if_per_minute`
+        computations a minute (429 with Retry-After beyond that)."""
 
-    @app.post(f"{v1}/reconcile", tags=["placements"], dependencies=auth)
+        def run() -> dict[str, Any]:
+            hit = svc.what_if_cached(job_id)
+            if hit is not None:
+                return hit
+            if not authorized(authorization):
+                wait = what_if_limit.take()
+                if wait:
+                    raise HTTPException(
+                        429,
+                        f"what-if runs every strategy: at most {settings.what_if_per_minute} "
+                        "computations a minute without the API token",
+                        {"Retry-After": str(max(1, round(wait)))},
+                    )
+            return svc.what_if(job_id)
+
+        return errors(run)
+
+    @app.post(
+        f"{v1}/reconcile", tags=["placements"], dependencies=auth, responses=_err(401, 415, 503)
+    )
     def reconcile() -> dict[str, Any]:
         return errors(svc.reconcile)
 
-    @app.get(f"{v1}/topology", tags=["network"])
+    @app.get(f"{v1}/topology", tags=["network"], responses=_err(503))
     def topology() -> dict[str, Any]:
-        return errors(lambda: svc.view(with_telemetry=False).topology.model_dump(mode="json"))
+        return errors(lambda: svc.view(fresh=False).topology.model_dump(mode="json"))
 
-    @app.get(f"{v1}/telemetry", tags=["network"])
+    @app.get(f"{v1}/telemetry", tags=["network"], responses=_err(503))
     def telemetry() -> dict[str, Any]:
         def get() -> dict[str, Any]:
-            view = svc.view()
+            view = svc.view(fresh=False)
             if view.snapshot is None:
                 raise Unavailable(view.telemetry_error or "InfluxDB unavailable")
             s = view.snapshot
@@ -281,4 +480,5 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         return errors(get)
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(Observe, metrics=metrics)
     return app

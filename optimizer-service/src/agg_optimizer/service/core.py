@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..documents import Instance, Job, Placement, Telemetry, Topology
+from ..documents import Instance, Job, JobPlacement, Placement, SlotPool, Telemetry, Topology
 from ..engine import STRATEGIES, solve
-from ..validation import InstanceError
+from ..network import Network, cct_of
+from ..pools import PoolAllocator
+from ..validation import InstanceError, check_instance
 from .onos import (
     AggregationApi,
     HostInfo,
@@ -25,6 +30,12 @@ from .store import Store
 from .telemetry import InfluxUnavailable, Snapshot, TelemetryReader
 
 log = logging.getLogger(__name__)
+
+# Placement statuses under which the job's paths (and maybe pools) are in the network:
+# `partial` (ONOS failed mid-apply; reconcile finishes it) and `intents-only` (the paths are
+# INSTALLED but the ONOS app that writes aggregation entries is missing; the control loop
+# tries again).
+HOLDING = ("applied", "partial", "intents-only")
 
 
 class NotFound(LookupError):
@@ -57,6 +68,7 @@ class View:
     devices: dict[str, Any]
     snapshot: Snapshot | None
     telemetry_error: str | None = None
+    seq: int = field(default_factory=itertools.count().__next__)  # which fetch this is
 
 
 @dataclass
@@ -96,6 +108,22 @@ class Service:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.counters: dict[str, int] = {}
+        # Jobs the last solve left out (id -> reason), under apply_lock.
+        self.unplaceable: dict[str, str] = {}
+        self._view: tuple[float, View] | None = None
+        self._view_lock = threading.Lock()
+        # Dry runs: results by (view, store version, jobs), computed once for concurrent
+        # identical requests (`_dry_lock`).
+        self._dry: dict[tuple, bytes] = {}
+        self._what_if: dict[tuple, dict[str, Any]] = {}
+        # The newest answer per job list: (view time, store version, view seq, JSON).
+        self._dry_last: dict[tuple | None, tuple[float, int, int, bytes]] = {}
+        self._refreshing: set[tuple | None] = set()
+        self._dry_lock = threading.Lock()
+        self._probe_thread: threading.Thread | None = None
+        self._probe_lock = threading.Lock()
+        self._probe_state: dict[str, str] = {}
+        self._probe_at = 0.0
 
     def close(self) -> None:
         self.stop_loop()
@@ -104,7 +132,32 @@ class Service:
 
     # --- views ----------------------------------------------------------------------------
 
-    def view(self, with_telemetry: bool = True) -> View:
+    def view(self, with_telemetry: bool = True, fresh: bool = True) -> View:
+        """ONOS's topology and InfluxDB's latest link state. `fresh=False` (reads) reuses
+        a view younger than `view_max_age_s`; concurrent readers share one fetch."""
+        if not fresh:
+            cached = self._cached_view()
+            if cached is not None:
+                return cached
+            with self._view_lock:  # one fetch for every reader that waits here
+                cached = self._cached_view()
+                if cached is not None:
+                    return cached
+                view = self._fetch_view(True)
+                self._view = (time.monotonic(), view)
+                return view
+        view = self._fetch_view(with_telemetry)
+        if with_telemetry:
+            self._view = (time.monotonic(), view)
+        return view
+
+    def _cached_view(self) -> View | None:
+        if self._view is None:
+            return None
+        at, view = self._view
+        return view if time.monotonic() - at <= self.s.view_max_age_s else None
+
+    def _fetch_view(self, with_telemetry: bool) -> View:
         try:
             topo, hosts, devices = self.onos.topology()
         except OnosUnavailable as e:
@@ -118,6 +171,18 @@ class Service:
         return View(topo, hosts, devices, snap, err)
 
     def readiness(self) -> dict[str, str]:
+        """The background probe's last answers (`start_probe`); a probe that has not come
+        back within two periods is reported as such, so this never waits on ONOS."""
+        if self._probe_thread is None:
+            return self._probe_once()
+        with self._probe_lock:
+            checks, at = dict(self._probe_state), self._probe_at
+        age = time.monotonic() - at
+        if age > 2 * self.s.probe_period_s + self.s.onos_timeout_s:
+            return {k: f"no answer from the probe for {age:.1f} s" for k in ("onos", "influxdb")}
+        return checks
+
+    def _probe_once(self) -> dict[str, str]:
         out = {}
         try:
             self.onos.ping()
@@ -126,6 +191,21 @@ class Service:
             out["onos"] = str(e)
         out["influxdb"] = "ok" if self.influx.ping() else f"InfluxDB at {self.s.influx_url} down"
         return out
+
+    def start_probe(self) -> None:
+        if self._probe_thread is not None:
+            return
+        self._probe_state = self._probe_once()
+        self._probe_at = time.monotonic()
+
+        def run() -> None:
+            while not self._stop.wait(self.s.probe_period_s):
+                state = self._probe_once()
+                with self._probe_lock:
+                    self._probe_state, self._probe_at = state, time.monotonic()
+
+        self._probe_thread = threading.Thread(target=run, name="readiness", daemon=True)
+        self._probe_thread.start()
 
     # --- jobs -----------------------------------------------------------------------------
 
@@ -152,6 +232,13 @@ class Service:
             raise BadField("ps", f"{spec['ps']!r} is no host known to ONOS")
         if ps in resolved:
             raise BadField("ps", f"{spec['ps']!r} is also a worker")
+        cap = spec.get("max_aggregators")
+        n_prog = sum(1 for n in view.topology.nodes if n.kind == "switch" and n.programmable)
+        if cap is not None and cap > n_prog:
+            raise BadField(
+                "max_aggregators",
+                f"{cap} exceeds the {n_prog} programmable switches ONOS knows",
+            )
         doc = {
             **spec,
             "workers": resolved,
@@ -200,11 +287,16 @@ class Service:
 
     # --- placements -----------------------------------------------------------------------
 
-    def _instance(self, view: View, jobs: list[dict[str, Any]]) -> Instance:
+    def _instance(
+        self,
+        view: View,
+        jobs: list[dict[str, Any]],
+        reserved: dict[str, list[SlotPool]] | None = None,
+    ) -> Instance:
         current = {}
         for j in jobs:
             cur = self.store.current(j["id"])
-            if cur and cur["status"] in ("applied", "partial"):
+            if cur and cur["status"] in HOLDING:
                 current[j["id"]] = [a["switch"] for a in cur["placement"]["aggregators"]]
         tel = view.snapshot.telemetry if view.snapshot else Telemetry()
         return Instance(
@@ -213,13 +305,18 @@ class Service:
             jobs=[Job(**{k: v for k, v in j.items() if k in Job.model_fields}) for j in jobs],
             current=current,
             switching_penalty_s=self.s.switching_penalty_s,
+            reserved=_on_switches(view.topology, reserved or {}),
         )
 
     def compute(
         self, view: View, job_ids: list[str] | None, strategy: str | None = None
     ) -> dict[str, tuple[str, Placement]]:
         """Placements by job id. Jobs are solved together with the other jobs of the same
-        strategy (shared links and slot pools); a strategy override solves the asked jobs."""
+        strategy (shared links and slot pools); a strategy override solves the asked jobs.
+
+        One slot ledger for all jobs: the pools of applied jobs that are not re-placed now,
+        whatever their strategy, and those given to the asked jobs of groups solved before,
+        are held; the asked jobs' pools never overlap them."""
         all_jobs = self.store.jobs()
         known = {j["id"] for j in all_jobs}
         for jid in job_ids or []:
@@ -232,34 +329,182 @@ class Service:
             if strategy and j["id"] not in wanted:
                 continue
             groups.setdefault(strat, []).append(j)
+        held = self._held(all_jobs, wanted)  # switch -> [(owner, pool)]
         out: dict[str, tuple[str, Placement]] = {}
+        self.unplaceable = {}
         for strat, jobs in groups.items():
             if not any(j["id"] in wanted for j in jobs):
                 continue
-            inst = self._instance(view, jobs)
+            members = {j["id"] for j in jobs}
+            everything = _pools(held)
+            # First as if the group's other jobs held nothing (they are solved here too, so
+            # counting their applied pools again would take their slots twice); if the asked
+            # jobs' pools then cannot avoid those applied pools, solve again holding them.
+            placement = self._solve_isolating(view, jobs, strat, _pools(held, but=members))
+            if placement is not None and not self._fit_pools(view, placement, wanted, everything):
+                placement = self._solve_isolating(view, jobs, strat, everything)
+                if placement is not None and not self._fit_pools(
+                    view, placement, wanted, everything
+                ):
+                    raise Conflict(f"strategy {strat}: the asked jobs' slot pools do not fit")
+            if placement is None:
+                continue
+            for jp in placement.jobs:
+                if jp.job_id in wanted:
+                    out[jp.job_id] = (strat, placement)
+                    for a in jp.aggregators:
+                        held.setdefault(a.switch, []).append((jp.job_id, a.pool))
+        bad = sorted(j for j in self.unplaceable if j in wanted)
+        if bad and not out:
+            raise Conflict("; ".join(f"job {j!r}: {self.unplaceable[j]}" for j in bad))
+        return out
+
+    def _held(
+        self, jobs: list[dict[str, Any]], wanted: set[str]
+    ) -> dict[str, list[tuple[str, SlotPool]]]:
+        """The pools applied jobs not in `wanted` hold now, by switch."""
+        held: dict[str, list[tuple[str, SlotPool]]] = {}
+        for j in jobs:
+            if j["id"] in wanted:
+                continue
+            cur = self.store.current(j["id"])
+            if cur and cur["status"] in HOLDING:
+                for a in cur["placement"]["aggregators"]:
+                    held.setdefault(a["switch"], []).append((j["id"], SlotPool(**a["pool"])))
+        return held
+
+    def _fit_pools(
+        self, view: View, placement: Placement, wanted: set[str], held: dict[str, list[SlotPool]]
+    ) -> bool:
+        """Give the asked jobs' aggregators pools around `held` (first fit, in place);
+        False where a switch has no room left for one."""
+        slots = {n.id: n.slots for n in view.topology.nodes if n.kind == "switch"}
+        alloc = PoolAllocator(slots, held)
+        fitted = []
+        try:
+            for jp in placement.jobs:
+                if jp.job_id in wanted:
+                    fitted.append(
+                        (
+                            jp,
+                            [
+                                a.model_copy(update={"pool": alloc.take(a.switch, a.pool.size)})
+                                for a in jp.aggregators
+                            ],
+                        )
+                    )
+        except ValueError as e:
+            log.info("slot pools re-solved holding every applied pool: %s", e)
+            return False
+        for jp, aggs in fitted:
+            jp.aggregators = aggs
+        return True
+
+    def _solve_isolating(
+        self,
+        view: View,
+        jobs: list[dict[str, Any]],
+        strat: str,
+        reserved: dict[str, list[SlotPool]] | None = None,
+    ) -> Placement | None:
+        """Solve the jobs together; a job the instance rejects (its hosts gone from ONOS or
+        unreachable, a cap the fabric cannot meet) is left out with its reason in
+        `self.unplaceable`, and the others are solved without it."""
+        jobs = self._placeable(view, jobs)
+        return solve(self._instance(view, jobs, reserved), strat) if jobs else None
+
+    def _placeable(self, view: View, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`jobs` without those the instance check rejects (reasons in `unplaceable`)."""
+        jobs = list(jobs)
+        while jobs:
             try:
-                placement = solve(inst, strat)
+                check_instance(self._instance(view, jobs))
+                return jobs
             except InstanceError as e:
-                # Jobs refer to hosts ONOS no longer knows, or became unreachable.
                 idx = (
                     e.field.split("]")[0].removeprefix("jobs[")
                     if e.field.startswith("jobs[")
                     else ""
                 )
-                name = jobs[int(idx)]["id"] if idx.isdigit() else "?"
-                raise Conflict(f"job {name!r}: {e.message} ({e.field})") from None
-            for jp in placement.jobs:
-                if jp.job_id in wanted:
-                    out[jp.job_id] = (strat, placement)
-        return out
+                if not idx.isdigit() or int(idx) >= len(jobs):
+                    raise Conflict(f"{e.message} ({e.field})") from None
+                bad = jobs.pop(int(idx))
+                field = e.field.split("]", 1)[1].lstrip(".") or "job"
+                self.unplaceable[bad["id"]] = f"{field}: {e.message}"
+                log.warning("job %s left unplaced: %s", bad["id"], self.unplaceable[bad["id"]])
+        return jobs
 
     def place(
         self, job_ids: list[str] | None, dry_run: bool, trigger: str = "api"
     ) -> list[dict[str, Any]]:
-        view = self.view()
+        if dry_run:
+            return self._dry_run(job_ids)
+        return self._place(self.view(), job_ids, False, trigger)
+
+    def _dry_run(self, job_ids: list[str] | None) -> list[dict[str, Any]]:
+        return json.loads(self.dry_run_json(job_ids))
+
+    def dry_run_cached(self, job_ids: list[str] | None) -> bytes | None:
+        """A dry-run answer without blocking, or None. The answer for the current view and
+        store; once the view has expired, the last answer for the same store version while
+        one background refresh computes the next (stale-while-revalidate), as long as that
+        answer's view is at most `4 * view_max_age_s` old."""
+        jobs = tuple(job_ids) if job_ids else None
+        last = self._dry_last.get(jobs)
+        if last is None or last[1] != self.store.version:
+            return None
+        at, seq, data = last[0], last[2], last[3]
+        fresh = self._cached_view()
+        if fresh is not None and fresh.seq == seq:
+            return data
+        if time.monotonic() - at > 4 * max(self.s.view_max_age_s, 0.25):
+            return None
+        with self._dry_lock:
+            if jobs not in self._refreshing:
+                self._refreshing.add(jobs)
+                threading.Thread(
+                    target=self._refresh_dry, args=(job_ids, jobs), daemon=True
+                ).start()
+        return data
+
+    def _refresh_dry(self, job_ids: list[str] | None, jobs: tuple | None) -> None:
+        try:
+            self.dry_run_json(job_ids)
+        except Exception as e:  # the next request takes the slow path and reports it
+            log.debug("dry-run refresh failed: %s", e)
+        finally:
+            with self._dry_lock:
+                self._refreshing.discard(jobs)
+
+    def dry_run_json(self, job_ids: list[str] | None) -> bytes:
+        """The dry-run placements as the JSON the API answers, computed once per view,
+        store version and job list; concurrent identical requests wait for one solve."""
+        view = self.view(fresh=False)
+        key = (view.seq, self.store.version, tuple(job_ids) if job_ids else None)
+        with self._dry_lock:
+            hit = self._dry.get(key)
+            if hit is None:
+                version = self.store.version
+                hit = json.dumps(self._place(view, job_ids, True, "api")).encode()
+                if len(self._dry) >= 16:
+                    self._dry.pop(next(iter(self._dry)))
+                self._dry[key] = hit
+                if len(self._dry_last) >= 16 and key[2] not in self._dry_last:
+                    self._dry_last.pop(next(iter(self._dry_last)))
+                at = self._view[0] if self._view and self._view[1] is view else time.monotonic()
+                self._dry_last[key[2]] = (at, version, view.seq, hit)
+        return hit
+
+    def _place(
+        self, view: View, job_ids: list[str] | None, dry_run: bool, trigger: str
+    ) -> list[dict[str, Any]]:
         results = []
         with self.apply_lock:
             computed = self.compute(view, job_ids)
+            for jid, reason in sorted(self.unplaceable.items()):
+                if job_ids and jid not in job_ids:
+                    continue
+                results.append({"job_id": jid, "status": "unplaceable", "reason": reason})
             for jid in sorted(computed):
                 strat, placement = computed[jid]
                 jp = next(p for p in placement.jobs if p.job_id == jid)
@@ -316,6 +561,14 @@ class Service:
         failed = [s for s in states if s.state != "INSTALLED"]
         status = "applied" if not failed else "failed"
         reason = "; ".join(f"{s.key}: {s.state} ({s.reason})" for s in failed) or None
+        if not failed and jp.aggregators and aggregation != "applied":
+            # The paths are in place but no switch sums: the job runs, without aggregation.
+            status = "intents-only"
+            reason = (
+                f"aggregation not applied ({aggregation}): the innet-agg app's REST resource "
+                "is missing from ONOS (install and activate org.innetagg.app); the intents are "
+                "INSTALLED, so the job's traffic reaches its PS unaggregated"
+            )
         self.store.add_placement(jid, strat, status, reason, doc)
         self._count(f"placements_{status}")
         self._decision(jid, strat, jp, trigger)
@@ -341,10 +594,32 @@ class Service:
             log.warning("decision for %s not written: %s", jid, e)
             self._count("decisions_unwritten")
 
+    def what_if_cached(self, job_id: str) -> dict[str, Any] | None:
+        """The what-if answer already computed for the current view and store, or None."""
+        view = self._cached_view()
+        if view is None:
+            return None
+        return self._what_if.get((view.seq, self.store.version, job_id))
+
     def what_if(self, job_id: str) -> dict[str, Any]:
         self.get_job(job_id)
-        view = self.view()
+        view = self.view(fresh=False)
+        key = (view.seq, self.store.version, job_id)
+        hit = self._what_if.get(key)
+        if hit is not None:
+            return hit
+        out = self._what_if_compute(view, job_id)
+        if len(self._what_if) >= 64:
+            self._what_if.pop(next(iter(self._what_if)))
+        self._what_if[key] = out
+        return out
+
+    def _what_if_compute(self, view: View, job_id: str) -> dict[str, Any]:
         jobs = self.store.jobs()
+        self.unplaceable = {}
+        jobs = self._placeable(view, jobs)
+        if job_id in self.unplaceable:
+            raise Conflict(f"job {job_id!r}: {self.unplaceable[job_id]}")
         inst = self._instance(view, jobs)
         inst = inst.model_copy(update={"current": {}, "switching_penalty_s": 0.0})
         out = {}
@@ -426,33 +701,71 @@ class Service:
         self.loop.last_links, self.loop.last_util = links, util
         self.loop.runs += 1
         self.loop.last_trigger = trigger
-        active = ("applied", "partial", "failed")
+        active = (*HOLDING, "failed")
         placed = [
             j["id"]
             for j in self.store.jobs()
             if (c := self.store.current(j["id"])) and c["status"] in active
         ]
-        changed = []
+        changed, kept, restored = [], [], []
         if placed:
             with self.apply_lock:
+                try:
+                    in_onos = self.onos.our_intents()
+                except OnosUnavailable as e:
+                    raise Unavailable(str(e)) from None
+                stored = self.store.intents()
                 computed = self.compute(view, placed)
                 for jid, (strat, placement) in sorted(computed.items()):
                     jp = next(p for p in placement.jobs if p.job_id == jid)
                     cur = self.store.current(jid)
                     old = cur["placement"] if cur else None
                     new = jp.model_dump(mode="json")
-                    if (
-                        cur
-                        and cur["status"] == "applied"
-                        and old["aggregators"] == new["aggregators"]
-                        and old["worker_paths"] == new["worker_paths"]
-                    ):
-                        continue
                     job = self.store.job(jid)
-                    self._apply(view, job, strat, jp, trigger)
+                    assert job is not None
+                    # Intents ONOS lost (restarted without its state, or withdrawn them).
+                    lost = any(
+                        j == jid and in_onos.get(k) not in ("INSTALLED", "INSTALLING", "COMPILING")
+                        for k, (j, _) in stored.items()
+                    )
+                    if cur and cur["status"] == "applied":
+                        same = (
+                            old["aggregators"] == new["aggregators"]
+                            and old["worker_paths"] == new["worker_paths"]
+                        )
+                        if same or not self._worth_moving(view, job, old, new):
+                            if not lost:
+                                kept += [] if same else [jid]
+                                continue
+                            jp = JobPlacement.model_validate(old)  # put it back as it was
+                            restored.append(jid)
+                    self._apply(view, job, strat, jp, "restore" if jid in restored else trigger)
                     changed.append(jid)
         self._count("loop_runs")
-        return {"trigger": trigger, "jobs": placed, "changed": changed}
+        return {
+            "trigger": trigger,
+            "jobs": placed,
+            "changed": changed,
+            "kept": kept,
+            "restored": restored,
+        }
+
+    def _worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
+        """Whether the new placement's predicted CCT is `min_improvement` below the applied
+        one's, both judged alone on this view's link state; a placement that no longer fits
+        the fabric is always left."""
+        inst = self._instance(view, [job])
+        net = Network.from_instance(inst)
+        spec = inst.jobs[0]
+
+        def cct(doc: dict) -> float | None:
+            aggs = {a["switch"] for a in doc["aggregators"]}
+            return cct_of(net, spec, doc["worker_paths"], aggs)
+
+        before, after = cct(old), cct(new)
+        if before is None or after is None:
+            return True
+        return after < before * (1.0 - self.s.min_improvement)
 
     def start_loop(self) -> None:
         if self.s.reoptimize_period_s <= 0 or self._thread:
@@ -508,4 +821,28 @@ def _tel_note(view: View) -> dict[str, Any]:
         "status": "ok",
         "links": len(view.snapshot.telemetry.links),
         "stale": len(view.snapshot.stale),
+    }
+
+
+def _pools(
+    held: dict[str, list[tuple[str, SlotPool]]],
+    but: set[str] = frozenset(),  # type: ignore[assignment]
+) -> dict[str, list[SlotPool]]:
+    """`held` without owners, leaving out those in `but`."""
+    out: dict[str, list[SlotPool]] = {}
+    for sw, pools in held.items():
+        kept = [p for owner, p in pools if owner not in but]
+        if kept:
+            out[sw] = kept
+    return out
+
+
+def _on_switches(topo: Topology, held: dict[str, list[SlotPool]]) -> dict[str, list[SlotPool]]:
+    """The held pools on switches the topology still has, within their slots (a switch
+    gone from ONOS holds nothing; its entries went with it)."""
+    slots = {n.id: n.slots for n in topo.nodes if n.kind == "switch"}
+    return {
+        sw: [p for p in pools if p.base + p.size <= slots[sw]]
+        for sw, pools in held.items()
+        if sw in slots
     }

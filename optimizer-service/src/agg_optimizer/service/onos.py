@@ -1,10 +1,13 @@
 """ONOS REST client: topology, host resolution, intents, and the aggregation app's resource.
 
-A placement becomes one PointToPointIntent per (job, worker), keyed `ia-<job>-<worker MAC>`,
-matching the worker's MAC as source and the PS's MAC as destination, from the worker's
-attachment point to the PS's, with a WaypointConstraint listing every switch of the worker's
-placed path in order, so ONOS routes exactly that path through the job's aggregators
-(codecs: ONOS 2.7 `IntentCodec`, `PointToPointIntentCodec`, `DecodeConstraintCodecHelper`).
+A placement becomes two PointToPointIntents per (job, worker):
+- `ia-<job>-<worker MAC>`: the worker's MAC as source and the PS's MAC as destination, from
+  the worker's attachment point to the PS's, with a WaypointConstraint listing every switch
+  of the worker's placed path in order, so ONOS routes exactly that path through the job's
+  aggregators;
+- `ia-<job>-<worker MAC>-ack`: the reverse, PS to worker, through the same switches in
+  reverse order, for the PS's acknowledgements (unicast to each worker, docs/protocols.md).
+Codecs: ONOS 2.7 `IntentCodec`, `PointToPointIntentCodec`, `DecodeConstraintCodecHelper`.
 """
 
 from __future__ import annotations
@@ -61,12 +64,14 @@ class IntentResult:
     reason: str | None = None
 
 
-def intent_key(job_id: str, worker_mac: str) -> str:
-    return f"ia-{job_id}-{worker_mac.replace(':', '').lower()}"
+def intent_key(job_id: str, worker_mac: str, ack: bool = False) -> str:
+    """Key of the worker→PS intent, or (`ack`) of the PS→worker one."""
+    return f"ia-{job_id}-{worker_mac.replace(':', '').lower()}" + ("-ack" if ack else "")
 
 
 def job_of_key(key: str) -> str | None:
-    m = re.match(r"^ia-(.+)-[0-9a-f]{12}$", key)
+    """The job of either key form; `-ack` is not hex, so the two forms never collide."""
+    m = re.match(r"^ia-(.+)-[0-9a-f]{12}(?:-ack)?$", key)
     return m.group(1) if m else None
 
 
@@ -167,34 +172,48 @@ class OnosClient:
     def intent_bodies(
         self, placement: JobPlacement, hosts: Mapping[str, HostInfo], ps: str
     ) -> dict[str, dict[str, Any]]:
-        """The intents that pin each worker's path, by key."""
+        """The intents that pin each worker's path, and its reverse for the PS's
+        acknowledgements, by key."""
         dst = hosts[ps]
         out: dict[str, dict[str, Any]] = {}
         for worker, path in placement.worker_paths.items():
             src = hosts[worker]
             switches = [n for n in path if n not in hosts]
-            body: dict[str, Any] = {
-                "type": "PointToPointIntent",
-                "appId": self.app_id,
-                "key": intent_key(placement.job_id, src.mac),
-                "priority": self.priority,
-                "selector": {
-                    "criteria": [
-                        {"type": "ETH_SRC", "mac": src.mac},
-                        {"type": "ETH_DST", "mac": dst.mac},
-                    ]
-                },
-                "ingressPoint": {"device": src.device, "port": src.port},
-                "egressPoint": {"device": dst.device, "port": dst.port},
-                "constraints": [{"type": "WaypointConstraint", "waypoints": switches}]
-                if switches
-                else [],
-            }
-            out[body["key"]] = body
+            for ack in (False, True):
+                a, b, way = (dst, src, switches[::-1]) if ack else (src, dst, switches)
+                body = self._p2p(intent_key(placement.job_id, src.mac, ack), a, b, way)
+                out[body["key"]] = body
         return out
+
+    def _p2p(self, key: str, src: HostInfo, dst: HostInfo, waypoints: list[str]) -> dict:
+        return {
+            "type": "PointToPointIntent",
+            "appId": self.app_id,
+            "key": key,
+            "priority": self.priority,
+            "selector": {
+                "criteria": [
+                    {"type": "ETH_SRC", "mac": src.mac},
+                    {"type": "ETH_DST", "mac": dst.mac},
+                ]
+            },
+            "ingressPoint": {"device": src.device, "port": src.port},
+            "egressPoint": {"device": dst.device, "port": dst.port},
+            "constraints": [{"type": "WaypointConstraint", "waypoints": waypoints}]
+            if waypoints
+            else [],
+        }
 
     def submit(self, body: Mapping[str, Any]) -> None:
         r = self._request("POST", self.base + "/intents", json=body)
+        if _app_unknown(r):
+            # ONOS restarted without its state: the registration we cached is gone.
+            log.warning(
+                "ONOS does not know application %s any more: registering again", self.app_id
+            )
+            self._registered = False
+            self.register_app()
+            r = self._request("POST", self.base + "/intents", json=body)
         if r.status_code not in (200, 201):
             raise OnosError(r.status_code, _message(r))
 
@@ -243,7 +262,8 @@ class OnosClient:
     def our_intents(self) -> dict[str, str]:
         """Keys of this application's intents in ONOS, with their state."""
         r = self._request("GET", f"{self.base}/intents/application/{quote(self.app_id)}")
-        if r.status_code == 404:  # the application id was never registered
+        if r.status_code == 404:  # the application id is not registered (ONOS restarted?)
+            self._registered = False
             return {}
         if r.status_code != 200:
             raise OnosError(r.status_code, _message(r))
@@ -282,6 +302,12 @@ class AggregationApi:
         if r.status_code not in (200, 204):
             raise OnosError(r.status_code, _message(r))
         return "removed"
+
+
+def _app_unknown(r: requests.Response) -> bool:
+    """ONOS's 404 for an intent of an application id it does not know (`IntentCodec`:
+    "Application ID is not found"; `IntentsWebResource`: "Application Id not found")."""
+    return r.status_code == 404 and "application id" in _message(r).lower()
 
 
 def _unknown_string_key(r: requests.Response) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -70,6 +71,17 @@ def default_java_home() -> Path:
     return Path(env) if env else cache_dir() / f"jre-{JAVA_VERSION}" / "java-runtime"
 
 
+def port_taken() -> str | None:
+    """Why an ONOS started now would not be the one answering on 8181, or None: another
+    ONOS (or anything) there would answer in its place, and tests would talk to a
+    stranger's devices and hosts."""
+    with socket.socket() as sk:
+        sk.settimeout(0.5)
+        if sk.connect_ex(("127.0.0.1", 8181)) == 0:
+            return "port 8181 is taken by another process (an ONOS left running?)"
+    return None
+
+
 def missing() -> str | None:
     """Why ONOS cannot be started here, or None."""
     if not (default_java_home() / "bin" / "java").is_file():
@@ -123,6 +135,9 @@ class OnosServer:
     def start(self, timeout_s: float = 600.0) -> None:
         """Boot, wait until every app is ACTIVE and the core services answer, then give the
         null providers their topology. ONOS is stopped again if any of that fails."""
+        taken = port_taken()
+        if taken:
+            raise RuntimeError(f"cannot start ONOS: {taken}")
         env = {
             **os.environ,
             "JAVA_HOME": str(default_java_home()),

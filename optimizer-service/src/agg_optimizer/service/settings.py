@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -31,8 +33,35 @@ class Settings(BaseSettings):
         60.0, gt=0, description="A link whose newest point is older than this is stale."
     )
 
-    api_token: SecretStr | None = Field(None, description="Bearer token for mutating calls.")
-    db_path: Path = Path("agg-optimizer.sqlite")
+    view_max_age_s: float = Field(
+        1.0,
+        ge=0,
+        description="Reads (dry runs, what-if, topology, telemetry) reuse an ONOS and "
+        "InfluxDB view this young; applies and the control loop always read afresh.",
+    )
+    probe_period_s: float = Field(1.0, gt=0, description="Background readiness probe period.")
+
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token for mutating calls (`Authorization: Bearer <token>`). "
+        "Required to listen on anything but loopback.",
+    )
+    api_token_file: Path | None = Field(
+        None,
+        description="Where the token is kept when `api_token` is not set: read from it, or, "
+        "if it does not exist, generated into it (mode 0600). Compose uses this.",
+    )
+    what_if_per_minute: int = Field(
+        30,
+        ge=1,
+        description="What-if runs every strategy: computed answers per minute for callers "
+        "without the token (a cached answer costs nothing and is not counted).",
+    )
+    db_path: Path = Field(
+        default_factory=lambda: _state_dir() / "agg-optimizer.sqlite",
+        description="SQLite state (jobs, placements, intents); default "
+        "$XDG_STATE_HOME/agg-optimizer/, i.e. ~/.local/state/agg-optimizer/.",
+    )
     max_request_bytes: int = Field(1_000_000, ge=1024)
     max_jobs: int = Field(256, ge=1)
     max_workers_per_job: int = Field(512, ge=1)
@@ -41,7 +70,42 @@ class Settings(BaseSettings):
     utilization_threshold: float = Field(
         0.1, gt=0, le=1, description="A link's utilisation moving this much triggers a re-run."
     )
+    min_improvement: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="The control loop moves an applied job only when the new placement's "
+        "predicted CCT is at least this fraction below the current one's, both on the same "
+        "telemetry (hysteresis: routing ties and telemetry noise otherwise move jobs back "
+        "and forth).",
+    )
     switching_penalty_s: float = Field(
         0.01, ge=0, description="Hysteresis: cost of each aggregator not in the current placement."
     )
     default_strategy: str = "agg"
+
+
+def _state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "agg-optimizer"
+
+
+def resolve_token(settings: Settings) -> str | None:
+    """The API token: `api_token`, else the one in `api_token_file` (generated there on
+    first use). None when neither is set."""
+    if settings.api_token and settings.api_token.get_secret_value():
+        return settings.api_token.get_secret_value()
+    path = settings.api_token_file
+    if path is None:
+        return None
+    if path.exists():
+        token = path.read_text().strip()
+        if not token:
+            raise ValueError(f"api_token_file: {path} is empty")
+        return token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

@@ -34,6 +34,9 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
         self.lock = threading.RLock()
+        # Bumped by every write: what a computed placement depends on has not changed while
+        # the version has not.
+        self.version = 0
 
     def close(self) -> None:
         with self.lock:
@@ -42,6 +45,7 @@ class Store:
     # jobs
     def add_job(self, job_id: str, spec: dict[str, Any], strategy: str) -> None:
         with self.lock:
+            self.version += 1
             self.db.execute(
                 "INSERT INTO jobs VALUES (?, ?, ?, ?)",
                 (job_id, json.dumps(spec), strategy, time.time()),
@@ -49,6 +53,7 @@ class Store:
 
     def set_strategy(self, job_id: str, strategy: str) -> None:
         with self.lock:
+            self.version += 1
             self.db.execute("UPDATE jobs SET strategy = ? WHERE id = ?", (strategy, job_id))
 
     def job(self, job_id: str) -> dict[str, Any] | None:
@@ -69,13 +74,20 @@ class Store:
 
     def delete_job(self, job_id: str) -> None:
         with self.lock:
+            self.version += 1
+            # Its history goes with it: a new job under the same id starts with none (and
+            # its first placement is not judged against the old job's aggregators).
+            self.db.execute("BEGIN")
             self.db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            self.db.execute("DELETE FROM placements WHERE job_id = ?", (job_id,))
+            self.db.execute("COMMIT")
 
     # placements
     def add_placement(
         self, job_id: str, strategy: str, status: str, reason: str | None, doc: dict[str, Any]
     ) -> int:
         with self.lock:
+            self.version += 1
             cur = self.db.execute(
                 "INSERT INTO placements (job_id, strategy, status, reason, doc, created) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -125,6 +137,7 @@ class Store:
 
     def put_intent(self, key: str, job_id: str, digest: str, body: dict[str, Any]) -> None:
         with self.lock:
+            self.version += 1
             self.db.execute(
                 "INSERT OR REPLACE INTO intents VALUES (?, ?, ?, ?)",
                 (key, job_id, digest, json.dumps(body)),
@@ -132,4 +145,5 @@ class Store:
 
     def drop_intent(self, key: str) -> None:
         with self.lock:
+            self.version += 1
             self.db.execute("DELETE FROM intents WHERE key = ?", (key,))

@@ -6,6 +6,10 @@ switch id of an ONOS device comes from `int_switch_ids`; the port tag is the ONO
 link's source.
 A link whose newest point is older than `stale_s` is stale: left out of the snapshot, so the
 model uses its documented no-data default (idle), and listed as stale.
+The utilisation the model gets is the port's minus the share in-network aggregation takes
+(`aggregation_share`): the placed jobs' own streams are not congestion to route them around
+(the service re-places the jobs of a strategy together; the simulator's INT observer leaves
+out the re-placed jobs' classes the same way).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def latest_links_flux(bucket: str, window_s: int) -> str:
         f"  |> range(start: -{int(window_s)}s)\n"
         '  |> filter(fn: (r) => r._measurement == "int_link")\n'
         '  |> filter(fn: (r) => r._field == "utilization" or r._field == "latency_ns"'
-        ' or r._field == "queue_occupancy")\n'
+        ' or r._field == "queue_occupancy" or r._field == "aggregation_share")\n'
         "  |> last()\n"
         '  |> keep(columns: ["_time", "_field", "_value", "switch", "port"])\n'
     )
@@ -130,11 +134,13 @@ class TelemetryReader:
             if age > self.stale_s:
                 stale.append({"src": src, "dst": dst, "age_s": round(age, 3)})
                 continue
+            util = min(1.0, max(0.0, float(m.get("utilization", 0.0))))
+            own = min(1.0, max(0.0, float(m.get("aggregation_share", 0.0))))
             links.append(
                 LinkTelemetry(
                     src=src,
                     dst=dst,
-                    utilization=min(1.0, max(0.0, float(m.get("utilization", 0.0)))),
+                    utilization=util * (1.0 - own),
                     queue_bytes=max(0.0, float(m.get("queue_occupancy", 0.0))),
                     latency_us=max(0.0, float(m.get("latency_ns", 2000.0)) / 1000.0),
                 )

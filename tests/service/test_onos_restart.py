@@ -1,0 +1,82 @@
+"""ONOS restarted without its state (as after `onos-service restart` with no cluster
+store): the service registers its application id again, the control loop puts the applied
+jobs' intents and aggregation entries back within two loop periods without duplicates,
+and reconcile resubmits what ONOS lost."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from agg_optimizer.service.app import create_app
+
+from .conftest import make_settings
+from .onos_standin import StandinOnos
+
+H1, H2, H3 = (f"00:00:00:00:00:0{i}/None" for i in range(1, 4))
+JOB = {"id": "j", "workers": [H1, H2], "ps": H3, "update_bytes": 50_000_000}
+APP = "org.innetagg.optimizer"
+PERIOD_S = 1.0
+
+
+def restart_empty(onos: StandinOnos) -> StandinOnos:
+    onos.stop()
+    fresh = StandinOnos(port=onos.port)
+    fresh.aggregation = {}  # the ONOS app is installed (its entries are gone)
+    fresh.start()
+    return fresh
+
+
+def posts(onos: StandinOnos) -> int:
+    return sum(1 for m, p in onos.requests if m == "POST" and p.endswith("/intents"))
+
+
+@pytest.fixture
+def looping(onos, influx, bucket, tmp_path) -> Iterator[TestClient]:
+    s = make_settings(onos, influx, bucket, tmp_path / "db", reoptimize_period_s=PERIOD_S)
+    app = create_app(s, loop=True)
+    with TestClient(app, headers={"Content-Type": "application/json"}) as c:
+        yield c
+    app.state.service.close()
+
+
+def test_the_loop_puts_lost_intents_back_within_two_periods(looping, onos) -> None:
+    onos.aggregation = {}
+    assert looping.post("/api/v1/jobs", json=JOB).status_code == 201
+    r = looping.post("/api/v1/jobs/j/placement").json()
+    assert r["status"] == "applied", r
+    want = {k for (app, k) in onos.intents if app == APP}
+    assert len(want) == 4  # two workers, an intent each way
+
+    fresh = restart_empty(onos)
+    start = time.monotonic()
+    while time.monotonic() - start < 2 * PERIOD_S + 0.5:
+        if {k for (app, k) in fresh.intents if app == APP} == want and "j" in fresh.aggregation:
+            break
+        time.sleep(0.05)
+    assert {k for (app, k) in fresh.intents if app == APP} == want
+    assert fresh.aggregation.get("j"), "the aggregation entries were not written again"
+    assert APP in fresh.apps
+    assert posts(fresh) == len(want)  # each once: no duplicates
+    # Nothing more to do afterwards: the next runs submit nothing.
+    time.sleep(2 * PERIOD_S)
+    assert posts(fresh) == len(want)
+    assert looping.get("/api/v1/jobs/j/placement").json()["status"] == "applied"
+
+
+def test_reconcile_resubmits_what_onos_lost(client, onos) -> None:
+    assert client.post("/api/v1/jobs", json=JOB).status_code == 201
+    assert client.post("/api/v1/jobs/j/placement").json()["status"] == "applied"
+    want = {k for (app, k) in onos.intents if app == APP}
+    fresh = restart_empty(onos)
+    out = client.post("/api/v1/reconcile").json()
+    assert sorted(out["resubmitted"]) == sorted(want) and out["failed"] == [], out
+    assert {k for (app, k) in fresh.intents if app == APP} == want
+    # A placement after the restart works too (the registration is renewed on ONOS's 404).
+    fresh2 = restart_empty(fresh)
+    r = client.post("/api/v1/jobs/j/placement").json()
+    assert r["status"] == "applied", r
+    assert {k for (app, k) in fresh2.intents if app == APP} == want
