@@ -1,14 +1,19 @@
 # The README's two commands are `make demo` and `make test`; everything else serves them.
-UV ?= uv
+# uv from PATH, else installed once from PyPI into ~/.local/bin (a fresh machine needs only
+# Python 3.11, Go and make for `make demo`).
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(HOME)/.local/bin/uv)
 RUN := $(UV) run --frozen
 
-.PHONY: all sync lint test demo bench-solve clean influxdb bench-collector onos p4 onos-app onos-app-test \
+.PHONY: all sync lint test demo bench-solve bench-service clean influxdb bench-collector onos p4 onos-app onos-app-test \
 	compose-check gui-screenshot
 
 all: test
 
-sync:
+sync: $(UV)
 	$(UV) sync --frozen
+
+$(HOME)/.local/bin/uv:
+	python3 -m pip install --quiet --user uv
 
 lint: sync
 	$(RUN) ruff check .
@@ -17,13 +22,26 @@ lint: sync
 test: lint influxdb onos onos-app-test compose-check
 	$(RUN) pytest
 
-demo: sync
-	$(RUN) agg-optimizer demo
+# The closed loop (docs/e2e.md): INT over UDP to the collector, InfluxDB, the service's control
+# loop re-placing jobs as congestion moves, on the simulated fabric; prints what happens and
+# ends with a table and a plot in demo-out/. InfluxDB is built once from the Go module proxy.
+DEMO_FLAGS ?=
+demo: sync influxdb
+	$(RUN) agg-optimizer demo $(DEMO_FLAGS)
 
 # Build and solve time of AGG against the MILP oracle and networkx min-cost flow
 # (writes docs/benchmarks/solve.md and the plot; see docs/benchmarks.md).
 bench-solve: sync
 	$(RUN) python optimizer-service/benchmarks/solve_bench.py --out docs/benchmarks
+
+# Dry-run latency under 1, 10 and 50 clients (docs/benchmarks/service.md); the load generator
+# hey is built once from the Go module proxy into the cache outside the repository.
+HEY := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-agg/hey-0.1.4/hey
+bench-service: sync influxdb $(HEY)
+	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py --out docs/benchmarks
+
+$(HEY):
+	GOBIN=$(dir $(HEY)) GOFLAGS=-mod=mod GOWORK=off go install github.com/rakyll/hey@v0.1.4
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache

@@ -81,6 +81,6 @@ def test_a_job_placed_by_the_service_lands_on_the_switches(
 
     onosd.wait_for(lambda: agg_entries() == placed, 60, f"agg_job ADDED on {placed}")
     intents = fabric.onos.get(f"/intents/application/{SERVICE_APP}")["intents"]
-    assert {i["state"] for i in intents} == {"INSTALLED"} and len(intents) == 3
+    assert {i["state"] for i in intents} == {"INSTALLED"} and len(intents) == 6
     assert c.delete("/api/v1/jobs/e2e").status_code == 200
     onosd.wait_for(lambda: not agg_entries(), 60, "agg_job entries removed")

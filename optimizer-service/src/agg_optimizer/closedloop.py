@@ -1,0 +1,479 @@
+"""The closed loop, run end to end: INT → `int-collector` → InfluxDB → `agg-optimizer serve`
+(its control loop) → the fabric's ONOS API → the fabric → faster training. `make demo` runs
+it on the simulated fabric (`sim.live`); every other part is the real one: a real InfluxDB
+1.8.10, the collector and the service as their own processes, real UDP and real HTTP.
+
+The scenario: two jobs train on a leaf-spine; every `hotspot_every_s` a bulk transfer of
+another tenant congests the link into job `a`'s parameter server from the spine that sums
+its streams; the telemetry shows it, the service moves the job to the other spine, and the
+job's iteration time recovers. Each hotspot gives one reaction time: from the moment the
+telemetry crossed the service's threshold (the collector's first InfluxDB point for that
+link that moved by `utilization_threshold`) to the moment the new placement reached the
+fabric (the aggregation resource's POST, the last step of an apply).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+
+from .sim.live import Change, Hotspot, LeafSpine, LiveFabric
+from .sim.training import JobSpec
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class LoopConfig:
+    duration_s: float = 45.0  # from the jobs' placement on
+    first_hotspot_s: float = 4.0
+    hotspot_every_s: float = 9.0
+    hotspot_len_s: float = 5.0
+    hotspot_flows: int = 4
+    period_s: float = 0.2  # the service's control-loop period
+    utilization_threshold: float = 0.1
+    report_interval_s: float = 0.1
+    seed: int = 0
+    out: Path = Path("demo-out")
+
+
+@dataclass
+class Reaction:
+    link: str
+    onset_s: float
+    telemetry_s: float | None  # when the telemetry crossed the threshold (InfluxDB point)
+    applied_s: float | None  # when the new placement reached the fabric
+    old: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+
+    @property
+    def reaction_s(self) -> float | None:
+        if self.telemetry_s is None or self.applied_s is None:
+            return None
+        return self.applied_s - self.telemetry_s
+
+
+@dataclass
+class LoopResult:
+    config: dict[str, Any]
+    iterations: list[dict[str, Any]]
+    changes: list[dict[str, Any]]
+    hotspots: list[dict[str, Any]]
+    telemetry: list[dict[str, Any]]  # what the service's /telemetry showed, polled
+    reactions: list[dict[str, Any]]
+    reports_sent: int
+
+    def reaction_times(self) -> list[float]:
+        return [r["reaction_s"] for r in self.reactions if r["reaction_s"] is not None]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _script(name: str) -> str:
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+class _Proc:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.log = name, log
+        with open(log, "wb") as f:
+            self.p = subprocess.Popen(
+                argv, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+
+    def check(self) -> None:
+        if self.p.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{self.name} exited with {self.p.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+
+
+def _wait(check: Callable[[], bool], timeout_s: float, what: str, procs: list[_Proc]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in procs:
+            p.check()
+        try:
+            if check():
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def run(cfg: LoopConfig, say: Say = print, influxd: Path | None = None) -> LoopResult:
+    from int_collector.influxd import InfluxServer
+
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    # The processes' logs and the service's database stay in the output directory.
+    work = cfg.out / "run"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    influx = InfluxServer(influxd)
+    procs: list[_Proc] = []
+    fabric: LiveFabric | None = None
+    try:
+        t = time.monotonic()
+        influx.start()
+        say(f"InfluxDB 1.8.10 up at {influx.url} ({time.monotonic() - t:.1f} s)")
+        int_port = _free_port()
+        procs.append(
+            _Proc(
+                "int-collector",
+                [_script("int-collector"), "serve", "--listen", f"127.0.0.1:{int_port}"],
+                {
+                    "INT_COLLECTOR_INFLUX_URL": influx.url,
+                    "INT_COLLECTOR_INFLUX_BUCKET": influx.bucket,
+                    "INT_COLLECTOR_HTTP_PORT": "0",
+                    "INT_COLLECTOR_TICK_S": "0.05",
+                    "INT_COLLECTOR_FLUSH_INTERVAL_S": "0.05",
+                    # A steady link is written at least every second, so the service's
+                    # staleness bound (3 s) never drops a link that is congested and steady.
+                    "INT_COLLECTOR_KEEPALIVE_S": "1",
+                },
+                work / "collector.log",
+            )
+        )
+        fabric = LiveFabric(
+            LeafSpine(2, 4, 3),
+            collector=("127.0.0.1", int_port),
+            report_interval_s=cfg.report_interval_s,
+            seed=cfg.seed,
+        ).start()
+        say(
+            f"simulated fabric: 2 spines, 4 leaves, 12 hosts (the third of each leaf is another "
+            f"tenant's); ONOS API at {fabric.onos_url}; "
+            f"INT reports every {cfg.report_interval_s * 1e3:.0f} ms to int-collector on "
+            f"UDP {int_port}"
+        )
+        api_port = _free_port()
+        api = f"http://127.0.0.1:{api_port}/api/v1"
+        procs.append(
+            _Proc(
+                "agg-optimizer serve",
+                [_script("agg-optimizer"), "serve", "--port", str(api_port)],
+                {
+                    "AGG_OPTIMIZER_ONOS_URL": fabric.onos_url,
+                    "AGG_OPTIMIZER_INFLUX_URL": influx.url,
+                    "AGG_OPTIMIZER_INFLUX_BUCKET": influx.bucket,
+                    "AGG_OPTIMIZER_DB_PATH": str(work / "service.sqlite"),
+                    "AGG_OPTIMIZER_REOPTIMIZE_PERIOD_S": str(cfg.period_s),
+                    "AGG_OPTIMIZER_UTILIZATION_THRESHOLD": str(cfg.utilization_threshold),
+                    "AGG_OPTIMIZER_TELEMETRY_WINDOW_S": "30",
+                    "AGG_OPTIMIZER_TELEMETRY_STALE_S": "3",
+                    "AGG_OPTIMIZER_INTENT_WAIT_S": "5",
+                },
+                work / "service.log",
+            )
+        )
+        http = requests.Session()
+        _wait(lambda: http.get(api.rsplit("/api", 1)[0] + "/readyz", timeout=2).ok, 60,
+              "the service's /readyz", procs)  # fmt: skip
+        _wait(lambda: len(http.get(f"{api}/telemetry", timeout=2).json().get("links", [])) > 0,
+              30, "the first INT reports in the service's view", procs)  # fmt: skip
+        say(f"agg-optimizer serve up at {api} (control loop every {cfg.period_s * 1e3:.0f} ms)")
+        return _scenario(cfg, fabric, http, api, influx, procs, say)
+    finally:
+        for p in reversed(procs):  # the service before the fabric it talks to
+            p.stop()
+        if fabric is not None:
+            fabric.stop()
+        influx.stop(remove=True)
+
+
+def _host(leaf: int, j: int) -> str:
+    return f"10.0.{leaf}.{j}"
+
+
+def _scenario(
+    cfg: LoopConfig,
+    fabric: LiveFabric,
+    http: requests.Session,
+    api: str,
+    influx: Any,
+    procs: list[_Proc],
+    say: Say,
+) -> LoopResult:
+    ip_to_id = {ip: h for h, ip in fabric.ips.items()}
+    jobs = [
+        {"id": "a", "workers": [_host(1, 1), _host(2, 1), _host(3, 1)], "ps": _host(4, 1),
+         "update_bytes": 25_000_000},
+        {"id": "b", "workers": [_host(1, 2), _host(2, 2)], "ps": _host(3, 2),
+         "update_bytes": 25_000_000},
+    ]  # fmt: skip
+    for j in jobs:
+        fabric.add_job(
+            JobSpec(
+                id=j["id"],
+                workers=[ip_to_id[w] for w in j["workers"]],
+                ps=ip_to_id[j["ps"]],
+                update_bytes=j["update_bytes"],
+                iterations=1_000_000,
+                compute_s=0.15,
+            )
+        )
+        r = http.post(f"{api}/jobs", json=j, timeout=10)
+        if r.status_code != 201:
+            raise RuntimeError(f"creating job {j['id']}: {r.status_code} {r.text}")
+    name = {d: d.split(":")[1] for d in fabric.int_id}
+
+    def show(kind: str, what: Any) -> None:
+        if kind == "placement":
+            c: Change = what
+            say(f"t={c.t:6.2f} s  placement  job {c.job}: aggregates at "
+                f"{', '.join(name.get(s, s) for s in c.aggregators) or 'the PS only'}")  # fmt: skip
+        elif kind == "hotspot":
+            h: Hotspot = what
+            say(f"t={h.start_s:6.2f} s  congestion  {len(h.flows)} background flows on "
+                f"{name[h.link[0]]}->{name[h.link[1]]}")  # fmt: skip
+        elif kind == "hotspot-end":
+            say(f"t={what.end_s:6.2f} s  congestion  ends on "
+                f"{name[what.link[0]]}->{name[what.link[1]]}")  # fmt: skip
+
+    fabric.listeners.append(show)
+    r = http.post(f"{api}/placements", json={}, timeout=30)
+    if r.status_code != 200:
+        raise RuntimeError(f"placing the jobs: {r.status_code} {r.text}")
+
+    telemetry: list[dict[str, Any]] = []
+    alerts: set[tuple[str, str]] = set()
+    stop = threading.Event()
+    port_link = {(fabric.int_id[u], p): (u, v) for (u, v), p in fabric.port.items()
+                 if u in fabric.int_id}  # fmt: skip
+
+    def poll() -> None:
+        last_print = 0.0
+        while not stop.wait(0.25):
+            now = fabric.now()
+            try:
+                links = http.get(f"{api}/telemetry", timeout=2).json().get("links", [])
+            except (requests.RequestException, ValueError):
+                continue
+            for ln in links:
+                key = (ln["src"], ln["dst"])
+                if key[0] not in fabric.int_id or key[1] not in fabric.int_id:
+                    continue
+                telemetry.append({"t": now, "src": key[0], "dst": key[1],
+                                  "utilization": ln["utilization"]})  # fmt: skip
+                hot = ln["utilization"] >= 0.8
+                if hot and key not in alerts:
+                    alerts.add(key)
+                    u = ln["utilization"]
+                    say(f"t={now:6.2f} s  link alert  {name[key[0]]}->{name[key[1]]} "
+                        f"utilisation {u:.2f} (INT, via the collector)")  # fmt: skip
+                elif not hot and ln["utilization"] < 0.5 and key in alerts:
+                    alerts.discard(key)
+                    say(f"t={now:6.2f} s  link clear  {name[key[0]]}->{name[key[1]]} "
+                        f"utilisation {ln['utilization']:.2f}")  # fmt: skip
+            if now - last_print >= 3.0:
+                last_print = now
+                recs = [x for x in fabric.records() if x.start_s >= now - 3.0]
+                parts = []
+                for j in ("a", "b"):
+                    cct = [x.cct_s for x in recs if x.job == j]
+                    if cct:
+                        parts.append(f"job {j} {np.mean(cct) * 1e3:5.0f} ms ({len(cct)} it.)")
+                if parts:
+                    say(f"t={now:6.2f} s  iterations  " + ", ".join(parts))
+            for p in procs:
+                p.check()
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    hotspots: list[Hotspot] = []
+    onsets: list[tuple[Hotspot, list[str]]] = []
+    try:
+        # The scenario's clock starts once the jobs are placed (start-up time varies).
+        placed = fabric.now()
+        next_hot = placed + cfg.first_hotspot_s
+        end = placed + cfg.duration_s
+        active: Hotspot | None = None
+        while fabric.now() < end:
+            now = fabric.now()
+            if active and now >= active.start_s + cfg.hotspot_len_s:
+                fabric.end_hotspot(active)
+                active = None
+            if active is None and now >= next_hot and now + cfg.hotspot_len_s < end:
+                link = _link_into_ps(fabric, "a")
+                before = list(fabric.aggregation.get("a", []))
+                active = fabric.add_hotspot(link, flows=cfg.hotspot_flows)
+                hotspots.append(active)
+                onsets.append((active, before))
+                next_hot = now + cfg.hotspot_every_s
+            time.sleep(0.02)
+        if active:
+            fabric.end_hotspot(active)
+    finally:
+        stop.set()
+        poller.join(5)
+    time.sleep(0.5)  # the collector's last points
+    reactions = _reactions(fabric, influx, onsets, port_link, cfg)
+    for r in reactions:
+        rt = r.reaction_s
+        say(f"reaction  {r.link}: congestion at {r.onset_s:.2f} s, telemetry over the threshold "
+            f"at {_fmt(r.telemetry_s)}, new placement applied at {_fmt(r.applied_s)}: "
+            f"{'-' if rt is None else f'{rt * 1e3:.0f} ms'}")  # fmt: skip
+    return LoopResult(
+        config={k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        iterations=[asdict(x) for x in fabric.records()],
+        changes=[asdict(c) for c in fabric.changes],
+        hotspots=[
+            {
+                "link": [name[h.link[0]], name[h.link[1]]],
+                "start_s": h.start_s,
+                "end_s": h.end_s,
+                "flows": len(h.flows),
+            }
+            for h in hotspots
+        ],
+        telemetry=[{**x, "src": name[x["src"]], "dst": name[x["dst"]]} for x in telemetry],
+        reactions=[{**asdict(r), "reaction_s": r.reaction_s} for r in reactions],
+        reports_sent=fabric.reports_sent,
+    )
+
+
+def _fmt(t: float | None) -> str:
+    return "-" if t is None else f"{t:.2f} s"
+
+
+def _link_into_ps(fabric: LiveFabric, job: str) -> tuple[str, str]:
+    """The link into the PS's leaf on the job's current tree: it carries the whole sum."""
+    spec = fabric.specs[job]
+    path = fabric._paths(job, spec.ps).get(spec.workers[0])
+    if not path or len(path) < 4:
+        raise RuntimeError(f"job {job}: no applied path to congest ({path})")
+    return path[-3], path[-2]
+
+
+def _reactions(
+    fabric: LiveFabric,
+    influx: Any,
+    onsets: list[tuple[Hotspot, list[str]]],
+    port_link: dict[tuple[int, int], tuple[str, str]],
+    cfg: LoopConfig,
+) -> list[Reaction]:
+    """Per hotspot: when InfluxDB first held a point of the congested link that moved by the
+    threshold, and when the job's next different placement reached the fabric."""
+    wall0 = time.time() - fabric.now()
+    q = influx.query_v1(
+        'SELECT "utilization" FROM "telemetry"."autogen"."int_link" GROUP BY "switch", "port"'
+    )
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for s in json.loads(q)["results"][0].get("series", []):
+        tags = s["tags"]
+        link = port_link.get((int(tags["switch"]), int(tags["port"])))
+        if link is None:
+            continue
+        pts = []
+        for ts, u in s["values"]:
+            if u is None:
+                continue
+            pts.append((_epoch(ts) - wall0, float(u)))
+        series[link] = sorted(pts)
+    name = {d: d.split(":")[1] for d in fabric.int_id}
+    out = []
+    for hs, before in onsets:
+        pts = series.get(hs.link, [])
+        base = [u for t, u in pts if t < hs.start_s]
+        u0 = base[-1] if base else 0.0
+        crossed = next(
+            (t for t, u in pts if t >= hs.start_s and u - u0 >= cfg.utilization_threshold),
+            None,
+        )
+        moved = next(
+            (c for c in fabric.changes
+             if c.job == "a" and c.t >= hs.start_s and c.aggregators != before
+             and (hs.end_s is None or c.t <= hs.end_s)),
+            None,
+        )  # fmt: skip
+        out.append(
+            Reaction(
+                link=f"{name[hs.link[0]]}->{name[hs.link[1]]}",
+                onset_s=hs.start_s,
+                telemetry_s=crossed,
+                applied_s=moved.t if moved else None,
+                old=[name.get(s, s) for s in before],
+                new=[name.get(s, s) for s in moved.aggregators] if moved else [],
+            )
+        )
+    return out
+
+
+def _epoch(ts: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def plot(result: LoopResult, path: Path) -> None:
+    """Iteration time per job, the congested link's utilisation as the service saw it, and
+    the placement changes, on one time axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    for job, colour in (("a", "tab:blue"), ("b", "tab:green")):
+        pts = [(x["start_s"], x["cct_s"] * 1e3) for x in result.iterations if x["job"] == job]
+        if pts:
+            t, c = zip(*pts, strict=True)
+            ax1.plot(t, c, ".-", ms=3, lw=0.8, color=colour, label=f"job {job}")
+    for h in result.hotspots:
+        for ax in (ax1, ax2):
+            ax.axvspan(h["start_s"], h["end_s"] or h["start_s"], color="tab:red", alpha=0.08)
+    for c in result.changes:
+        if c["job"] == "a" and c["kind"] == "aggregation":
+            ax1.axvline(c["t"], color="tab:purple", lw=0.8, ls="--")
+            ax1.annotate(
+                ",".join(s.split(":")[-1] for s in c["aggregators"]) or "PS",
+                (c["t"], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                rotation=90, va="top", ha="right", color="tab:purple",
+            )  # fmt: skip
+    ax1.set_ylabel("iteration communication time (ms)")
+    ax1.legend(loc="upper left")
+    ax1.set_title("Closed loop on the simulated fabric: congestion (red), job a moved (purple)")
+    links = sorted({(x["src"], x["dst"]) for x in result.telemetry if x["dst"].startswith("l")})
+    hot = {tuple(h["link"]) for h in result.hotspots}
+    for src, dst in links:
+        pts = [(x["t"], x["utilization"]) for x in result.telemetry
+               if (x["src"], x["dst"]) == (src, dst)]  # fmt: skip
+        if not pts or max(u for _, u in pts) < 0.05:
+            continue
+        t, u = zip(*pts, strict=True)
+        ax2.plot(t, u, lw=1.2 if (src, dst) in hot else 0.7, label=f"{src}->{dst}")
+    ax2.set_ylabel("utilisation (service's view of INT)")
+    ax2.set_xlabel("time (s)")
+    ax2.set_ylim(0, 1.05)
+    ax2.legend(loc="upper left", fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

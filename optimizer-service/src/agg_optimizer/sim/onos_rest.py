@@ -1,0 +1,238 @@
+"""The part of ONOS 2.7's REST API the optimizer service uses, served over real HTTP by a
+fabric that is not ONOS: the simulated fabric of `make demo` (`sim.live`), and the tests'
+stand-in for machines without the ONOS 2.7.0 built from source (docs/service.md).
+
+Where that ONOS exists, `tests/service/test_standin_parity.py` sends the same requests to it
+and to this server and compares the answers, so what follows is checked against ONOS, not
+only read from its sources: `IntentCodec` / `PointToPointIntentCodec` decoding (type, appId
+registered or 404 "Application ID is not found", key, ingress/egress points,
+WaypointConstraint); intent states (INSTALLED when a path through the waypoints exists over
+ACTIVE links, else FAILED; recomputed when links change); `GET`/`DELETE
+/intents/{app}/{key}` answering 400 "For input string" for an unknown non-numeric key (ONOS
+falls back to `Long.decode(key)`), 404 (GET) or 204 (DELETE) for an unknown numeric key,
+404 for an unregistered app; `GET /intents/application/{app}` 404 for an unregistered app;
+basic auth (401). The aggregation app's resource (`/onos/innet-agg/aggregation/{job}`) is
+served when `aggregation` is a dict, and answers 404 (app not installed) when it is None.
+`on_change(kind, key, body)` is called, outside the request lock, after every accepted
+change of intents ("intent", "withdraw") or aggregation ("aggregation").
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+import networkx as nx
+
+# IntentsWebResource's own message; decoding a posted intent (IntentCodec) says "Application
+# ID is not found" instead.
+APP_ID_NOT_FOUND = "Application Id not found"
+
+
+def _decodes_as_long(s: str) -> bool:
+    """Java's Long.decode: optional sign, then 0x/0X/# (hex), 0 (octal) or decimal digits."""
+    body = s[1:] if s[:1] in "+-" else s
+    for prefix, base in (("0x", 16), ("0X", 16), ("#", 16)):
+        if body.startswith(prefix):
+            body, radix = body[len(prefix) :], base
+            break
+    else:
+        radix = 8 if body.startswith("0") and len(body) > 1 else 10
+    if not body or body[0] in "+-":
+        return False
+    try:
+        int(body, radix)
+    except ValueError:
+        return False
+    return True
+
+
+class OnosRest:
+    def __init__(
+        self,
+        devices: dict[str, Any],
+        links: dict[str, Any],
+        hosts: dict[str, Any],
+        *,
+        port: int = 0,
+        aggregation: bool = False,
+        user: str = "onos",
+        password: str = "rocks",
+        on_change: Callable[[str, str, Any], None] | None = None,
+    ) -> None:
+        self.devices, self.links, self.hosts = devices, links, hosts
+        self.credentials = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.on_change = on_change
+        self.apps: set[str] = set()
+        self.intents: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []
+        # None: the ONOS app is not installed (its resource answers 404)
+        self.aggregation: dict[str, Any] | None = {} if aggregation else None
+        # ONOS accepts an intent (201) before its store holds it; until then a lookup of the
+        # key fails as for an unknown key. Lookups a new intent stays unknown for:
+        self.unknown_lookups = 0
+        self.unseen: dict[tuple[str, str], int] = {}
+        self.lock = threading.Lock()
+        self._changes: list[tuple[str, str, Any]] = []
+        self.port = port
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/onos/v1"
+
+    def start(self) -> None:
+        rest = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: Any = None) -> None:
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self, method: str) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                if self.headers.get("Authorization", "") != rest.credentials:
+                    self._send(401, {"code": 401, "message": "Unauthorized"})
+                    return
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    self._send(400, {"code": 400, "message": "Unexpected character"})
+                    return
+                with rest.lock:
+                    rest.requests.append((method, self.path))
+                    code, out = rest.route(method, self.path, body)
+                    changes, rest._changes = rest._changes, []
+                if rest.on_change is not None:
+                    for change in changes:
+                        rest.on_change(*change)
+                self._send(code, out)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_DELETE(self) -> None:
+                self._handle("DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    # --- the API ------------------------------------------------------------------------
+
+    def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        parts = [unquote(p) for p in path.split("?")[0].strip("/").split("/")]
+        if parts[:2] == ["onos", "innet-agg"]:
+            if self.aggregation is None:
+                return 404, {"code": 404, "message": "HTTP 404 Not Found"}
+            self.aggregation[parts[-1]] = body
+            self._changes.append(("aggregation", parts[-1], body))
+            return 200, {}
+        if parts[:2] != ["onos", "v1"]:
+            return 404, {"code": 404, "message": "HTTP 404 Not Found"}
+        p = parts[2:]
+        if method == "GET" and p == ["devices"]:
+            return 200, self.devices
+        if method == "GET" and p == ["links"]:
+            return 200, self.links
+        if method == "GET" and p == ["hosts"]:
+            return 200, self.hosts
+        if method == "POST" and len(p) == 3 and p[0] == "applications" and p[2] == "register":
+            self.apps.add(p[1])
+            return 200, {"name": p[1], "id": len(self.apps)}
+        if p[:1] == ["intents"]:
+            return self._intents(method, p[1:], body)
+        return 404, {"code": 404, "message": "HTTP 404 Not Found"}
+
+    def _intents(self, method: str, p: list[str], body: Any) -> tuple[int, Any]:
+        if method == "POST" and not p:
+            if body.get("type") != "PointToPointIntent":
+                return 400, {"code": 400, "message": f"Intent type {body.get('type')} ..."}
+            if body.get("appId") not in self.apps:
+                return 404, {"code": 404, "message": "Application ID is not found"}
+            key = body.get("key")
+            self.intents[(body["appId"], key)] = body
+            self._changes.append(("intent", key, body))
+            if self.unknown_lookups:
+                self.unseen[(body["appId"], key)] = self.unknown_lookups
+            return 201, None
+        if method == "GET" and len(p) == 2 and p[0] == "application":
+            if p[1] not in self.apps:
+                return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
+            return 200, {
+                "intents": [self._encode(k, b) for k, b in self.intents.items() if k[0] == p[1]]
+            }
+        if len(p) == 2 and method in ("GET", "DELETE"):
+            # IntentsWebResource: the app must be registered; the key is looked up as a string,
+            # then as Long.decode(key), whose NumberFormatException answers 400.
+            if p[0] not in self.apps:
+                return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
+            key = (p[0], p[1])
+            if self.unseen.get(key):
+                self.unseen[key] -= 1
+                key = (p[0], "")
+            if key not in self.intents and not _decodes_as_long(p[1]):
+                return 400, {"code": 400, "message": f'For input string: "{p[1]}"'}
+            if method == "GET":
+                if key not in self.intents:
+                    return 404, {"code": 404, "message": "Intent is not found"}
+                return 200, self._encode(key, self.intents[key])
+            if self.intents.pop(key, None) is not None:
+                self._changes.append(("withdraw", key[1], None))
+            self.unseen.pop(key, None)
+            return 204, None
+        return 404, {"code": 404, "message": "HTTP 404 Not Found"}
+
+    def _encode(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": body["type"],
+            "id": hex(abs(hash(key)) % (1 << 32)),
+            "key": key[1],
+            "appId": key[0],
+            "resources": [],
+            "state": self._state(body),
+        }
+
+    def _state(self, body: dict[str, Any]) -> str:
+        g = nx.Graph()
+        for ln in self.links["links"]:
+            if ln.get("state", "ACTIVE") == "ACTIVE":
+                g.add_edge(ln["src"]["device"], ln["dst"]["device"])
+        stops = [body["ingressPoint"]["device"]]
+        for c in body.get("constraints", []):
+            if c["type"] == "WaypointConstraint":
+                stops += c["waypoints"]
+        stops.append(body["egressPoint"]["device"])
+        for a, b in itertools.pairwise(stops):
+            if a != b and not (g.has_node(a) and g.has_node(b) and nx.has_path(g, a, b)):
+                return "FAILED"
+        return "INSTALLED"
+
+    def set_link(self, a: str, b: str, state: str) -> None:
+        with self.lock:
+            for ln in self.links["links"]:
+                if {ln["src"]["device"], ln["dst"]["device"]} == {a, b}:
+                    ln["state"] = state
