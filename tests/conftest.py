@@ -77,7 +77,7 @@ def onos_service(onos_real: onosd.OnosServer, influx: InfluxServer, bucket: str,
         intent_wait_s=60,
     )
     app = create_app(settings, loop=False)
-    with TestClient(app) as c:
+    with TestClient(app, headers={"Content-Type": "application/json"}) as c:
         yield c
     app.state.service.close()
 
@@ -94,6 +94,9 @@ def onos_real() -> Iterator[onosd.OnosServer]:
     if oar is None:
         pytest.skip("no onos-app/target/*.oar to install: `make onos-app` builds it")
     attach = os.environ.get("INNET_AGG_ONOS_ATTACH")  # an OnosServer's dir, left running
+    taken = None if attach else onosd.port_taken()
+    if taken:
+        pytest.skip(f"real ONOS unavailable: {taken}")
     srv = onosd.OnosServer.attach(Path(attach)) if attach else onosd.OnosServer("spineleaf,2,3,2")
     if not attach:
         srv.start()
