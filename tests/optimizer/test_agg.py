@@ -161,6 +161,9 @@ def test_unequal_pool_sizes_take_the_labelled_milp_path():
     inst.jobs[0] = inst.jobs[0].model_copy(update={"pool_slots": 64})
     p = solve(inst, "agg")
     assert p.stats.path == "milp" and "knapsack" in p.stats.reason
+    # the switch by the id a user knows, not the LP's index
+    switch = p.stats.reason.rsplit("share switch ", 1)[1]
+    assert switch in {n.id for n in inst.topology.nodes if n.kind == "switch"}, p.stats.reason
     _check_feasible(inst, p)
     with pytest.raises(NotTotallyUnimodular):
         agg.place(Context(inst), allow_milp=False)

@@ -94,3 +94,47 @@ def test_bad_options_are_one_line_naming_them(tmp_path: Path) -> None:
     assert cli("example", "-o", str(inst)).returncode == 0
     r = cli("compare", str(inst), "-o", str(tmp_path / "file"))
     assert r.returncode == 2 and "output" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_click_usage_errors_take_the_same_one_line_form() -> None:
+    for args, field in (
+        (("example", "--jobs", "x"), "--jobs: "),
+        (("solve",), "INSTANCE: missing"),
+        (("example", "--bogus"), "--bogus: no such option"),
+        (("nosuch",), "COMMAND: no such command"),
+        (("schema", "foo"), "DOCUMENT: unknown 'foo'"),
+    ):
+        r = cli(*args)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, (args, r.stderr)
+        assert lines[0].startswith(f"agg-optimizer: error: {field}"), (args, lines[0])
+
+
+def test_schema_scenario_describes_what_evaluate_reads() -> None:
+    from agg_optimizer.sim.scenario import Scenario
+
+    r = cli("schema", "scenario")
+    assert r.returncode == 0, r.stderr
+    schema = json.loads(r.stdout)
+    assert set(schema["properties"]) == set(Scenario.model_fields)
+    assert "name" in schema["required"]
+    for name, prop in schema["properties"].items():  # each field documented with its type
+        assert "type" in prop or "anyOf" in prop or "$ref" in prop or "enum" in prop, name
+
+
+def test_evaluate_keeps_instances_that_solve_to_the_kept_placements(tmp_path: Path) -> None:
+    r = cli(
+        "evaluate", "--scenario", "k4", "--strategies", "agg", "--seeds", "1",
+        "--processes", "1", "--keep-placements", "-o", str(tmp_path),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    where = tmp_path / "placements" / "k4" / "agg" / "seed0"
+    index = json.loads((where / "index.json").read_text())
+    assert len(index) >= 2  # the arrival, then re-placements every 2 iterations
+    assert [e["t_s"] for e in index] == sorted(e["t_s"] for e in index)
+    for e in index:
+        inst = Instance.model_validate_json((where / f"{e['n']:03d}-instance.json").read_text())
+        kept = Placement.model_validate_json((where / f"{e['n']:03d}-placement.json").read_text())
+        assert [j.id for j in inst.jobs] == e["jobs"]
+        again = solve(inst, "agg", seed=0)
+        assert _sorted(again.model_dump(mode="json")) == _sorted(kept.model_dump(mode="json"))

@@ -105,6 +105,8 @@ def build_model(ctx: Context) -> AggModel:
         arc_cost=np.zeros(len(arc_node)),
         switch_slots=net.slots.copy(),
         switch_unit_cost=np.full(len(net.ids), LOAD_COST_S),
+        switch_names=list(net.ids),
+        job_names=list(job_ids),
     )
     return AggModel(f, arc_node, top[arc_bottom], arc_bottom, in_current, problem)
 

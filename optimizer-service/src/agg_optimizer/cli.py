@@ -113,11 +113,11 @@ def comparison_table(results: dict[str, Placement], n_jobs: int) -> Table:
 
 def _out_dir(path: Path) -> Path:
     if path.exists() and not path.is_dir():
-        raise UserError(f"output: {path} exists and is not a directory")
+        raise UserError(f"--output: {path} exists and is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"output: cannot create {path} ({e.strerror})") from None
+        raise UserError(f"--output: cannot create {path} ({e.strerror})") from None
     return path
 
 
@@ -145,13 +145,16 @@ def compare(
 
 
 @app.command()
-def schema(document: Annotated[str, typer.Argument(help="instance or placement")]) -> None:
-    """Print the JSON Schema of a document."""
+def schema(
+    document: Annotated[str, typer.Argument(help="instance, placement or scenario")],
+) -> None:
+    """Print the JSON Schema of a document (a scenario is what `evaluate --scenario` reads)."""
     from .documents import Instance, Placement
+    from .sim.scenario import Scenario
 
-    models = {"instance": Instance, "placement": Placement}
+    models = {"instance": Instance, "placement": Placement, "scenario": Scenario}
     if document not in models:
-        raise UserError(f"document: unknown {document!r}; one of instance, placement")
+        raise UserError(f"DOCUMENT: unknown {document!r}; one of {', '.join(models)}")
     print(json.dumps(models[document].model_json_schema(), indent=2))
 
 
@@ -163,7 +166,8 @@ def _leaf_spine(spec: str) -> tuple[int, int, int]:
         dims = ()
     if len(dims) != 3 or min(dims) < 1:
         raise UserError(
-            f"leaf_spine: expected SPINES,LEAVES,HOSTS_PER_LEAF (three integers >= 1), got {spec!r}"
+            "--leaf-spine: expected SPINES,LEAVES,HOSTS_PER_LEAF (three integers >= 1), "
+            f"got {spec!r}"
         )
     return dims  # type: ignore[return-value]
 
@@ -205,19 +209,19 @@ def example(
     """Write a random instance: fat-tree (or leaf-spine), uneven INT telemetry, jobs spread
     over racks."""
     if jobs < 1:
-        raise UserError("jobs: must be >= 1")
+        raise UserError("--jobs: must be >= 1")
     if not 1 <= min_workers <= max_workers:
-        raise UserError("min_workers: must be >= 1 and <= max_workers")
+        raise UserError("--min-workers: must be >= 1 and <= --max-workers")
     if slots < 0:
-        raise UserError("slots: must be >= 0")
+        raise UserError("--slots: must be >= 0")
     if fat_tree is not None and leaf_spine is not None:
-        raise UserError("leaf_spine: give either --fat-tree or --leaf-spine, not both")
+        raise UserError("--leaf-spine: give either --fat-tree or --leaf-spine, not both")
     if background is not None and not 0.0 <= background <= 1.0:
-        raise UserError(f"background: must be in [0, 1], got {background}")
+        raise UserError(f"--background: must be in [0, 1], got {background}")
     if cap is not None and cap < 1:
-        raise UserError("cap: must be >= 1")
+        raise UserError("--cap: must be >= 1")
     if pool_slots is not None and pool_slots < 1:
-        raise UserError("pool_slots: must be >= 1")
+        raise UserError("--pool-slots: must be >= 1")
     from .examples import example_instance
     from .topology import leaf_spine as build_leaf_spine
 
@@ -258,9 +262,9 @@ def demo(
 
     console = _console()
     if duration < 10:
-        raise UserError("duration: at least 10 s (the first congestion starts after 4 s)")
+        raise UserError("--duration: at least 10 s (the first congestion starts after 4 s)")
     if not 0 < period <= 10:
-        raise UserError("period: must be in (0, 10] seconds")
+        raise UserError("--period: must be in (0, 10] seconds")
     cfg = LoopConfig(duration_s=duration, hotspot_every_s=hotspot_every, period_s=period, out=out)
     try:
         result = run(cfg, say=lambda line: console.print(line, highlight=False), influxd=influxd)
@@ -325,7 +329,7 @@ def _scenarios(name: str) -> list[Scenario]:
     path = Path(name)
     if path.suffix != ".json":
         raise UserError(
-            f"scenario: unknown {name!r}; one of {', '.join(SCENARIOS)}, suite, or a .json file"
+            f"--scenario: unknown {name!r}; one of {', '.join(SCENARIOS)}, suite, or a .json file"
         )
     try:
         text = path.read_text()
@@ -357,6 +361,13 @@ def evaluate(
     replot: Annotated[
         bool, typer.Option(help="Only rewrite the table and plots from OUTPUT/results.json")
     ] = False,
+    keep_placements: Annotated[
+        bool,
+        typer.Option(
+            help="Also write every placement's instance and placement document to "
+            "OUTPUT/placements/SCENARIO/STRATEGY/seedN/ (to re-check them outside the simulator)"
+        ),
+    ] = False,
 ) -> None:
     """Simulate every strategy on a scenario's jobs and background; write the table
     (summary.md), all iterations (results.json) and plots to OUTPUT."""
@@ -369,23 +380,23 @@ def evaluate(
     if replot:
         src = output / "results.json"
         if not src.is_file():
-            raise UserError(f"replot: no {src}")
+            raise UserError(f"--replot: no {src}")
         scs, res = load_results(src)
         text, plots = write_results(output, scs, res)
         sys.stdout.write(text + "\n")
         return
 
     if seeds is not None and seeds < 1:
-        raise UserError("seeds: must be >= 1")
+        raise UserError("--seeds: must be >= 1")
     if processes is not None and processes < 1:
-        raise UserError("processes: must be >= 1")
+        raise UserError("--processes: must be >= 1")
     chosen = _scenarios(scenario)
     if strategies:
         names = [s.strip() for s in strategies.split(",") if s.strip()]
         known = [*STRATEGIES, *REFERENCES]
         bad = [n for n in names if n not in known]
         if bad:
-            raise UserError(f"strategies: unknown {', '.join(bad)}; one of {', '.join(known)}")
+            raise UserError(f"--strategies: unknown {', '.join(bad)}; one of {', '.join(known)}")
         chosen = [sc.model_copy(update={"strategies": names}) for sc in chosen]
     default_seeds = 3 if scenario == "suite" else None
     results = {}
@@ -411,7 +422,11 @@ def evaluate(
                     )
 
             results[sc.name] = run_all(
-                sc, n, processes=processes or default_processes(), on_done=tick
+                sc,
+                n,
+                processes=processes or default_processes(),
+                on_done=tick,
+                keep=output / "placements" if keep_placements else None,
             )
             progress.update(task, description=sc.name)
             # after every scenario, so a long suite that is stopped keeps what it finished
@@ -469,9 +484,48 @@ def _loopback(host: str) -> bool:
         return False  # a name: it may resolve anywhere
 
 
+def _usage_line(e: Exception) -> str:
+    """Click's usage errors in our one form, `FIELD: problem`, instead of its framed box."""
+    from typer._click.exceptions import BadParameter, MissingParameter, NoSuchOption
+
+    param = getattr(e, "param", None)
+    field = ""
+    if param is not None:
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        field = opts[0] if opts else (param.name or "").upper()
+    msg = getattr(e, "message", str(e))
+    if isinstance(e, MissingParameter):
+        msg = "missing"
+    elif isinstance(e, NoSuchOption):
+        field, msg = e.option_name, "no such option"
+        if e.possibilities:
+            msg += f"; did you mean {', '.join(sorted(e.possibilities))}?"
+    elif isinstance(e, BadParameter) and field:
+        msg = e.message
+    elif msg.startswith("No such command"):
+        field, msg = "COMMAND", "n" + msg[1:].rstrip(".")
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "agg-optimizer"
+    return f"{field + ': ' if field else ''}{msg} (try '{where} --help')"
+
+
 def main() -> None:
+    """Every error a user can cause is one line, `agg-optimizer: error: FIELD: problem`,
+    with exit status 2."""
+    # Typer (pinned in uv.lock) vendors click; its usage errors are not re-exported.
+    from typer import Abort
+    from typer._click.exceptions import UsageError
+
     try:
-        app()
+        code = app(prog_name="agg-optimizer", standalone_mode=False)
+    except UsageError as e:
+        print(f"agg-optimizer: error: {_usage_line(e)}", file=sys.stderr)
+        sys.exit(2)
     except (UserError, ValueError) as e:  # validation.InstanceError is a ValueError
         print(f"agg-optimizer: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except (Abort, KeyboardInterrupt):
+        print("agg-optimizer: interrupted", file=sys.stderr)
+        sys.exit(130)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -60,6 +60,15 @@ class FlowProblem:
     switch_slots: np.ndarray
     switch_unit_cost: np.ndarray  # load cost per pool; the i-th quarter costs (i+1) times it
     job_unit_cost: np.ndarray | None = None  # cost per aggregator used, constant per job
+    # Names for messages (a switch's and a job's id); indices where absent.
+    switch_names: list[str] | None = None
+    job_names: list[str] | None = None
+
+    def switch_name(self, s: int) -> str:
+        return self.switch_names[s] if self.switch_names else str(s)
+
+    def job_name(self, j: int) -> str:
+        return self.job_names[j] if self.job_names else str(j)
 
     @property
     def n_jobs(self) -> int:
@@ -101,7 +110,8 @@ def check_structure(p: FlowProblem) -> None:
             k = int(np.argmax(same))
             j, s = divmod(int(js_s[k]), p.n_switches)
             raise NotTotallyUnimodular(
-                "facility", f"switch {s} is a candidate of two groups of job {j}"
+                "facility",
+                f"switch {p.switch_name(s)} is a candidate of two groups of job {p.job_name(j)}",
             )
         # knapsack: different pool sizes at one switch
         pools = p.job_pool[arc_job]
@@ -113,7 +123,8 @@ def check_structure(p: FlowProblem) -> None:
         if len(bad):
             s = int(bad[0])
             raise NotTotallyUnimodular(
-                "knapsack", f"jobs with pool sizes {lo[s]} and {hi[s]} share switch {s}"
+                "knapsack",
+                f"jobs with pool sizes {lo[s]} and {hi[s]} share switch {p.switch_name(s)}",
             )
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ..documents import Instance, Placement
 from .scenario import RunResult, Scenario, run
 from .training import IterationRecord
 
@@ -37,8 +38,23 @@ LABELS = {
 }
 
 
-def _run(args: tuple[Scenario, str, int]) -> RunResult:
-    return run(*args)
+def _run(args: tuple[Scenario, str, int, Path | None]) -> RunResult:
+    scenario, strategy, seed, keep = args
+    if keep is None:
+        return run(scenario, strategy, seed)
+    where = keep / scenario.name / strategy / f"seed{seed}"
+    where.mkdir(parents=True, exist_ok=True)
+    index: list[dict] = []
+
+    def save(t: float, inst: Instance, p: Placement) -> None:
+        n = len(index)
+        (where / f"{n:03d}-instance.json").write_text(inst.model_dump_json(indent=1))
+        (where / f"{n:03d}-placement.json").write_text(p.model_dump_json(indent=1))
+        index.append({"n": n, "t_s": t, "jobs": [j.id for j in inst.jobs]})
+
+    result = run(scenario, strategy, seed, on_placement=save)
+    (where / "index.json").write_text(json.dumps(index, indent=1))
+    return result
 
 
 def run_all(
@@ -47,9 +63,13 @@ def run_all(
     *,
     processes: int = 1,
     on_done: Callable[[RunResult], None] | None = None,
+    keep: Path | None = None,
 ) -> list[RunResult]:
-    """Every (strategy, seed) of the scenario; `processes` > 1 runs them side by side."""
-    tasks = [(scenario, s, seed) for seed in range(seeds) for s in scenario.strategies]
+    """Every (strategy, seed) of the scenario; `processes` > 1 runs them side by side.
+    `keep`: a directory where every placement's instance and placement document are written
+    (KEEP/scenario/strategy/seedN/NNN-{instance,placement}.json, and index.json with the
+    simulated time of each), so results can be re-checked outside the simulator."""
+    tasks = [(scenario, s, seed, keep) for seed in range(seeds) for s in scenario.strategies]
     results: list[RunResult] = []
     if processes <= 1:
         for t in tasks:

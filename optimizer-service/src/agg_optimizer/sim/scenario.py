@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import engine
+from ..documents import Instance, Placement
 from ..examples import MODEL_BYTES
 from ..topology import fat_tree, leaf_spine
 from .core import Simulator
@@ -211,9 +212,12 @@ def run(
     strategy: str,
     seed: int,
     probe: Callable[[Simulator, float], None] | None = None,
+    on_placement: Callable[[float, Instance, Placement], None] | None = None,
 ) -> RunResult:
     """Simulate every job of `scenario` to its last iteration under `strategy` (`probe`:
-    see `Simulator.probe`)."""
+    see `Simulator.probe`; `on_placement`: called with the time, the instance and the
+    placement of every placement the strategy made, e.g. to keep them or to compare the
+    predicted CCT with the simulated one)."""
     t0 = time.perf_counter()
     root = np.random.SeedSequence([seed, 0xA66])
     job_seq, bg_seq = root.spawn(2)
@@ -224,10 +228,17 @@ def run(
     sim, observer, bg = world(scenario, fabric, np.random.default_rng(bg_seq), 1 + len(specs))
     sim.probe = probe
     floor = strategy == "floor"
+
+    def place(inst: Instance) -> Placement:
+        p = engine.solve(inst, "ps" if floor else strategy, seed=seed)
+        if on_placement is not None:
+            on_placement(sim.t, inst, p)
+        return p
+
     cluster = Cluster(
         sim,
         observer,
-        lambda inst: engine.solve(inst, "ps" if floor else strategy, seed=seed),
+        place,
         slots=scenario.slots,
         pool_slots=scenario.pool_slots,
         replace_every=scenario.replace_every if strategy in DYNAMIC else 0,
