@@ -34,7 +34,6 @@ SOLVE_IMPORTS = (
     "agg_optimizer.documents",
     "scipy.sparse",
     "scipy.sparse.csgraph",
-    "networkx",
     "highspy",
     "agg_optimizer.engine",
 )

@@ -27,7 +27,11 @@ def describe_validation_error(err: ValidationError) -> str:
 
 def check_instance(inst: Instance) -> None:
     """Raise `InstanceError` for the first structural problem found."""
-    import networkx as nx  # here: `describe_validation_error` users need not load it
+    # scipy, not networkx: the solve that follows loads scipy's graph routines anyway, and
+    # networkx alone added 0.18 s to every `agg-optimizer solve` (docs/benchmarks/cli.md).
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
     topo = inst.topology
     kinds: dict[str, str] = {}
@@ -37,8 +41,8 @@ def check_instance(inst: Instance) -> None:
         kinds[n.id] = n.kind
     if not any(k == "switch" for k in kinds.values()):
         raise InstanceError("topology.nodes", "no switch in the topology")
-    g = nx.Graph()
-    g.add_nodes_from(kinds)
+    edges: set[frozenset[str]] = set()
+    degree = dict.fromkeys(kinds, 0)
     for i, ln in enumerate(topo.links):
         for end in ("src", "dst"):
             nid = getattr(ln, end)
@@ -48,17 +52,20 @@ def check_instance(inst: Instance) -> None:
             raise InstanceError(f"topology.links[{i}]", f"self-loop on {ln.src!r}")
         if kinds[ln.src] == "host" and kinds[ln.dst] == "host":
             raise InstanceError(f"topology.links[{i}]", "a link between two hosts")
-        if g.has_edge(ln.src, ln.dst):
+        edge = frozenset((ln.src, ln.dst))
+        if edge in edges:
             raise InstanceError(f"topology.links[{i}]", f"duplicate link {ln.src}-{ln.dst}")
-        g.add_edge(ln.src, ln.dst)
+        edges.add(edge)
+        degree[ln.src] += 1
+        degree[ln.dst] += 1
     for nid, kind in kinds.items():
-        if kind == "host" and g.degree(nid) != 1:
+        if kind == "host" and degree[nid] != 1:
             raise InstanceError(
-                "topology.links", f"host {nid!r} must have exactly one link, has {g.degree(nid)}"
+                "topology.links", f"host {nid!r} must have exactly one link, has {degree[nid]}"
             )
 
     for i, lt in enumerate(inst.telemetry.links):
-        if not g.has_edge(lt.src, lt.dst):
+        if frozenset((lt.src, lt.dst)) not in edges:
             raise InstanceError(f"telemetry.links[{i}]", f"no link {lt.src}->{lt.dst}")
     for i, st in enumerate(inst.telemetry.switches):
         if kinds.get(st.switch) != "switch":
@@ -75,7 +82,12 @@ def check_instance(inst: Instance) -> None:
                     f"pool {p.base}..{p.base + p.size - 1} beyond the switch's {slots[sw]} slots",
                 )
 
-    component = {n: c for c, comp in enumerate(nx.connected_components(g)) for n in comp}
+    index = {nid: k for k, nid in enumerate(kinds)}
+    ends = np.array([(index[ln.src], index[ln.dst]) for ln in topo.links], dtype=np.int64)
+    ends = ends.reshape(-1, 2)
+    adj = coo_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(len(index),) * 2)
+    labels = connected_components(adj, directed=False)[1]
+    component = {nid: int(labels[k]) for nid, k in index.items()}
     n_prog = sum(1 for n in topo.nodes if n.kind == "switch" and n.programmable)
     seen_ids: set[str] = set()
     for i, job in enumerate(inst.jobs):

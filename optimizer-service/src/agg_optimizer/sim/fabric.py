@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from ..documents import Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass
@@ -23,7 +27,7 @@ class Fabric:
     capacity: np.ndarray  # bit/s per directed link
     attach: dict[str, str]  # host -> its switch
     hosts: list[str]
-    switch_graph: nx.Graph
+    switch_edges: list[tuple[str, str]]  # switch-to-switch links, once each
     _paths: dict[tuple[str, str], list[list[str]]] = field(default_factory=dict)
 
     @classmethod
@@ -32,8 +36,7 @@ class Fabric:
         links: list[tuple[str, str]] = []
         caps: list[float] = []
         attach: dict[str, str] = {}
-        g = nx.Graph()
-        g.add_nodes_from(n.id for n in topo.nodes if n.kind == "switch")
+        edges: list[tuple[str, str]] = []
         for ln in topo.links:
             for u, v in ((ln.src, ln.dst), (ln.dst, ln.src)):
                 links.append((u, v))
@@ -43,7 +46,7 @@ class Fabric:
             elif kind[ln.dst] == "host":
                 attach[ln.dst] = ln.src
             else:
-                g.add_edge(ln.src, ln.dst)
+                edges.append((ln.src, ln.dst))
         return cls(
             topology=topo,
             links=links,
@@ -51,8 +54,19 @@ class Fabric:
             capacity=np.array(caps),
             attach=attach,
             hosts=[n.id for n in topo.nodes if n.kind == "host"],
-            switch_graph=g,
+            switch_edges=edges,
         )
+
+    @cached_property
+    def switch_graph(self) -> nx.Graph:
+        """The switches and their links, built when routing first needs it (the shared-CCT
+        prediction reads only links and capacities, and need not load networkx)."""
+        import networkx as nx
+
+        g = nx.Graph()
+        g.add_nodes_from(n.id for n in self.topology.nodes if n.kind == "switch")
+        g.add_edges_from(self.switch_edges)
+        return g
 
     @property
     def n_links(self) -> int:
@@ -71,6 +85,8 @@ class Fabric:
         a, b = self.attach[src], self.attach[dst]
         key = (a, b)
         if key not in self._paths:
+            import networkx as nx
+
             self._paths[key] = [list(p) for p in nx.all_shortest_paths(self.switch_graph, a, b)]
         options = self._paths[key]
         return [src, *options[int(rng.integers(len(options)))], dst]
