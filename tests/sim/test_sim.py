@@ -451,3 +451,58 @@ def test_a_probe_sees_every_advance_with_the_flows_moving_then():
     res = run(_tiny(iterations=1), "agg", 0, probe=probe)
     assert seen["dt"] == pytest.approx(res.sim_time_s)
     assert seen["job_streams"] > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_priority_levels_fill_strictly_in_order_and_max_min_within(data):
+    """Strict priority by its definition: a level's rates are the max-min rates of its flows
+    alone on what the levels above left; the top level gets what it would get alone."""
+    n_links = data.draw(st.integers(1, 5))
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=n_links, max_size=n_links)))
+    flows, prio = [], []
+    for _ in range(data.draw(st.integers(1, 8))):
+        ls = data.draw(
+            st.lists(st.integers(0, n_links - 1), min_size=1, max_size=n_links, unique=True)
+        )
+        ms = data.draw(st.lists(st.integers(1, 3), min_size=len(ls), max_size=len(ls)))
+        flows.append((ls, [float(m) for m in ms]))
+        prio.append(data.draw(st.integers(0, 2)))
+    rate = max_min_rates(flows, cap, prio)
+    left = cap.copy()
+    for level in sorted(set(prio), reverse=True):
+        idx = [i for i, p in enumerate(prio) if p == level]
+        alone = max_min_rates([flows[i] for i in idx], np.maximum(left, 0.0))
+        np.testing.assert_allclose(rate[idx], alone, rtol=1e-7, atol=1e-9)
+        for i in idx:
+            for e, m in zip(*flows[i], strict=True):
+                left[e] -= m * rate[i]
+    assert np.all(left >= -1e-7 * cap)  # feasible over all levels
+
+
+def test_a_high_priority_flow_overtakes_a_saturating_low_one():
+    """One 10 Gb/s link: a low-priority elephant has it alone, then a high-priority flow
+    arrives and takes all of it until done (strict priority: the elephant stalls), where
+    fair sharing would have given each half."""
+    sc = SCENARIOS["k4"]
+    fab = sc.fabric()
+    link = np.array([0])
+    for prio_hi, want_hi_done in ((1, 1e9 * 8 / 10e9), (0, 2 * 1e9 * 8 / 10e9)):
+        sim = Simulator(fab, n_classes=1)
+        fab_cap = float(fab.capacity[0])
+        assert fab_cap == 10e9
+        low = sim.add(Flow(link, np.ones(1), 100e9, 0, priority=0))
+        high = Flow(link, np.ones(1), 1e9, 0, priority=prio_hi)
+        sim.at(1.0, lambda high=high, sim=sim: sim.add(high))
+        sim.run(until=1.0 + want_hi_done + 1e-9)
+        assert high.end == pytest.approx(1.0 + want_hi_done, rel=1e-9)
+        moved = (100e9 - sim.remaining(low)) * 8
+        # the elephant moved at 10 Gb/s before, then nothing (strict) or half (fair)
+        expect = 10e9 * 1.0 + (0.0 if prio_hi else 5e9 * want_hi_done)
+        assert moved == pytest.approx(expect, rel=1e-6)
+    sim = Simulator(fab, n_classes=1)
+    f = sim.add(Flow(link, np.ones(1), 1e9, 0, priority=0))
+    g = sim.add(Flow(link, np.ones(1), 1e9, 0, priority=0))
+    assert sim.rate(f) == pytest.approx(5e9)
+    sim.set_priority(g, 3)
+    assert sim.rate(g) == pytest.approx(10e9) and sim.rate(f) == pytest.approx(0.0)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .fabric import Fabric
-from .fairshare import fill, fill_numpy
+from .fairshare import fill, fill_by_priority, fill_numpy
 
 BACKGROUND, AGGREGATION = 0, 1
 # A flow is done when less than this many bytes are left (floating-point slack).
@@ -32,6 +32,9 @@ class Flow:
     mult: np.ndarray  # streams of this flow on each of those links
     size_bytes: float  # math.inf: runs until removed
     cls: int = BACKGROUND
+    # Strict priority: higher levels are served first, lower ones share what is left
+    # (switches' priority queues); equal levels share max-min fairly.
+    priority: int = 0
     on_done: Callable[[Flow], None] | None = None
     id: int = -1
     start: float = 0.0
@@ -56,6 +59,7 @@ class Simulator:
         self._links = np.zeros((n, 8), dtype=np.int64)
         self._mult = np.zeros((n, 8))
         self._cls = np.zeros(n, dtype=np.int64)
+        self._prio = np.zeros(n, dtype=np.int64)
         self._free = list(range(n - 1, -1, -1))
         self._dirty = True
         self._events: list[tuple[float, int, Callable[[], None]]] = []
@@ -94,6 +98,7 @@ class Simulator:
         self._mult[slot, :w] = flow.mult
         self._mult[slot, w:] = 0.0
         self._cls[slot] = flow.cls
+        self._prio[slot] = flow.priority
         flow._slot = slot
         self._dirty = True
         return flow
@@ -103,6 +108,16 @@ class Simulator:
         slot = flow._slot
         if self._flows[slot] is flow:
             self._release(slot)
+
+    def set_priority(self, flow: Flow, priority: int) -> None:
+        """Move a running flow to another priority level (a scheduler re-ordering)."""
+        flow.priority = priority
+        slot = flow._slot
+        if self._flows[slot] is flow and self._prio[slot] != priority:
+            # events run after the simulator advanced to now: bytes so far moved at the
+            # old rates, from here the new ones
+            self._prio[slot] = priority
+            self._dirty = True
 
     def remaining(self, flow: Flow) -> float:
         slot = flow._slot
@@ -147,6 +162,7 @@ class Simulator:
         self._alive = np.concatenate([self._alive, np.zeros(n, dtype=bool)])
         self._width = np.concatenate([self._width, np.zeros(n, dtype=np.int64)])
         self._cls = np.concatenate([self._cls, np.zeros(n, dtype=np.int64)])
+        self._prio = np.concatenate([self._prio, np.zeros(n, dtype=np.int64)])
         self._links = np.concatenate([self._links, np.zeros_like(self._links)])
         self._mult = np.concatenate([self._mult, np.zeros_like(self._mult)])
         self._flows.extend([None] * n)
@@ -227,8 +243,10 @@ class Simulator:
         self._dirty = False
         if alive.size == 0:
             return
-        self._rate[alive] = self._fill(
+        self._rate[alive] = fill_by_priority(
+            self._fill,
             alive.astype(np.int64),
+            self._prio,
             self._width,
             self._links,
             self._mult,

@@ -130,9 +130,47 @@ def _fill_loops(rows: Any, width: Any, links: Any, mult: Any, cls: Any, capacity
     return rate
 
 
-def max_min_rates(flows: list[tuple[list[int], list[float]]], capacity: np.ndarray) -> np.ndarray:
+def fill_by_priority(
+    fill_fn: Callable[..., np.ndarray],
+    rows: np.ndarray,
+    priority: np.ndarray,
+    width: np.ndarray,
+    links: np.ndarray,
+    mult: np.ndarray,
+    cls: np.ndarray,
+    capacity: np.ndarray,
+    link_rate: np.ndarray,
+) -> np.ndarray:
+    """Strict priority between levels, max-min within each: the flows of the highest
+    `priority[rows]` are filled on the whole capacity, each lower level on what the levels
+    above left (as strict-priority egress queues serve them). One level is plain `fill_fn`.
+    """
+    prio = priority[rows]
+    levels = np.unique(prio)
+    if levels.size == 1:
+        return fill_fn(rows, width, links, mult, cls, capacity, link_rate)
+    rate = np.zeros(rows.shape[0])
+    left = capacity.astype(np.float64, copy=True)
+    for level in levels[::-1]:
+        at = np.flatnonzero(prio == level)
+        sub = rows[at]
+        r = fill_fn(sub, width, links, mult, cls, np.ascontiguousarray(left), link_rate)
+        rate[at] = r
+        on = np.arange(links.shape[1]) < width[sub][:, None]
+        used = np.bincount(links[sub][on], weights=(mult[sub] * r[:, None])[on],
+                           minlength=left.size)  # fmt: skip
+        left = np.maximum(left - used, 0.0)
+    return rate
+
+
+def max_min_rates(
+    flows: list[tuple[list[int], list[float]]],
+    capacity: np.ndarray,
+    priority: list[int] | None = None,
+) -> np.ndarray:
     """Rates (bit/s) of flows given as (link indices, streams on each); every flow must
-    cross at least one link (its rate would be unbounded otherwise)."""
+    cross at least one link (its rate would be unbounded otherwise). `priority`: one level
+    per flow, higher served first (`fill_by_priority`); default all equal."""
     n = len(flows)
     w = max((len(f[0]) for f in flows), default=1)
     links = np.zeros((max(n, 1), w), dtype=np.int64)
@@ -146,6 +184,12 @@ def max_min_rates(flows: list[tuple[list[int], list[float]]], capacity: np.ndarr
         width[i] = len(ls)
     cap = np.ascontiguousarray(capacity, dtype=np.float64)
     link_rate = np.zeros((1, cap.size))
-    return fill(
-        np.arange(n, dtype=np.int64), width, links, mult, np.zeros_like(width), cap, link_rate
-    )
+    prio = np.zeros(max(n, 1), dtype=np.int64)
+    if priority is not None:
+        if len(priority) != n:
+            raise ValueError(f"priority: {len(priority)} levels for {n} flows")
+        prio[:n] = priority
+    return fill_by_priority(
+        fill, np.arange(n, dtype=np.int64), prio, width, links, mult, np.zeros_like(width), cap,
+        link_rate,
+    )  # fmt: skip
