@@ -506,3 +506,29 @@ def test_a_high_priority_flow_overtakes_a_saturating_low_one():
     assert sim.rate(f) == pytest.approx(5e9)
     sim.set_priority(g, 3)
     assert sim.rate(g) == pytest.approx(10e9) and sim.rate(f) == pytest.approx(0.0)
+
+
+def test_scheduling_policies_run_on_top_of_a_placement():
+    """`STRATEGY+POLICY`: the placement's jobs get priority classes above the background.
+    Without background, one class for all jobs (`fair`) changes nothing; with it, the jobs
+    overtake the background, which then takes longer."""
+    quiet = SCENARIOS["k4"].model_copy(update={"background_load": 0.0, "hotspots": 0})
+    alone = run(quiet, "agg", 0)
+    same = run(quiet, "agg+fair", 0)
+    assert same.strategy == "agg+fair"
+    np.testing.assert_allclose(same.ccts(), alone.ccts(), rtol=1e-9)
+    loaded = SCENARIOS["k4"]
+    fair, over = run(loaded, "agg", 1), run(loaded, "agg+fair", 1)
+    assert over.ccts().mean() < fair.ccts().mean()
+    assert over.bg_fct_mean_s > fair.bg_fct_mean_s
+    # an order among the jobs: some job's rounds finish sooner than with all in one class
+    ordered = run(loaded, "agg+sincronia", 1)
+    assert not np.allclose(ordered.ccts(), over.ccts())
+
+
+def test_scenario_strategies_take_a_policy_and_name_bad_ones():
+    assert SCENARIOS["k4"].model_copy(update={"strategies": ["agg+jpas"]}).strategies
+    with pytest.raises(ValueError, match="STRATEGY\\+POLICY"):
+        Scenario.model_validate(SCENARIOS["k4"].model_dump() | {"strategies": ["agg+magic"]})
+    with pytest.raises(ValueError, match="floor\\+fair"):
+        Scenario.model_validate(SCENARIOS["k4"].model_dump() | {"strategies": ["floor+fair"]})

@@ -374,8 +374,10 @@ def evaluate(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from .engine import STRATEGIES
+    from .scheduling import POLICIES
     from .sim.evaluate import default_processes, load_results, run_all, write_results
     from .sim.scenario import REFERENCES
+    from .sim.scenario import is_known_strategy as known_strategy
 
     if replot:
         src = output / "results.json"
@@ -394,9 +396,12 @@ def evaluate(
     if strategies:
         names = [s.strip() for s in strategies.split(",") if s.strip()]
         known = [*STRATEGIES, *REFERENCES]
-        bad = [n for n in names if n not in known]
+        bad = [n for n in names if not known_strategy(n)]
         if bad:
-            raise UserError(f"--strategies: unknown {', '.join(bad)}; one of {', '.join(known)}")
+            raise UserError(
+                f"--strategies: unknown {', '.join(bad)}; one of {', '.join(known)}, or "
+                f"STRATEGY+POLICY with a policy of {', '.join(POLICIES)}"
+            )
         chosen = [sc.model_copy(update={"strategies": names}) for sc in chosen]
     default_seeds = 3 if scenario == "suite" else None
     results = {}

@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .. import engine
 from ..documents import Instance, Placement
 from ..examples import MODEL_BYTES
+from ..scheduling import POLICIES, Demand, schedule
 from ..topology import fat_tree, leaf_spine
 from .core import Simulator
 from .fabric import Fabric
 from .observe import IntObserver
 from .traffic import Background
-from .training import Cluster, IterationRecord, JobSpec
+from .training import Cluster, IterationRecord, JobSpec, components
 
 # Strategies that read INT re-place their jobs every `replace_every` iterations; the others
 # decide once, when the job arrives (as the systems they stand for do).
@@ -82,6 +83,12 @@ class Scenario(BaseModel):
         min_length=1,
     )
     seeds: int = Field(5, ge=1)
+    priority_classes: int = Field(
+        4,
+        ge=2,
+        description="Strict-priority queues per switch port for `STRATEGY+POLICY` runs: jobs "
+        "are mapped onto classes 1.. k-1 by the policy, background stays in class 0.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -92,9 +99,12 @@ class Scenario(BaseModel):
         if self.int_window_s < self.int_period_s:
             raise ValueError("int_window_s: must be at least int_period_s")
         known = [*engine.STRATEGIES, *REFERENCES]
-        unknown = [s for s in self.strategies if s not in known]
+        unknown = [s for s in self.strategies if not is_known_strategy(s)]
         if unknown:
-            raise ValueError(f"strategies: unknown {', '.join(unknown)}; one of {', '.join(known)}")
+            raise ValueError(
+                f"strategies: unknown {', '.join(unknown)}; one of {', '.join(known)}, or "
+                f"STRATEGY+POLICY with a policy of {', '.join(POLICIES)}"
+            )
         need = self.jobs * (self.workers + 1)
         if need > self.n_hosts:
             raise ValueError(
@@ -163,6 +173,47 @@ class Scenario(BaseModel):
         return specs
 
 
+def is_known_strategy(name: str) -> bool:
+    """A strategy, a reference, or STRATEGY+POLICY (placement plus a scheduling policy)."""
+    base, plus, policy = name.partition("+")
+    ok = base in engine.STRATEGIES or base in REFERENCES
+    return ok and (not plus or (policy in POLICIES and base in engine.STRATEGIES))
+
+
+def scheduler_for(policy: str, k: int) -> Callable[[Cluster], dict[str, int]]:
+    """The Cluster's scheduler for `policy`: every running job's round as a demand (bytes
+    per link of its placement's streams, progress, bytes sent in flight), ordered by the
+    policy onto classes 1 .. k-1 (0 is the background's). `fair` puts every job in the top
+    class: above the background, sharing max-min among themselves (the strategy alone,
+    without `+POLICY`, is per-flow fair sharing with the background too)."""
+
+    def sched(cluster: Cluster) -> dict[str, int]:
+        fab = cluster.fabric
+        ds = []
+        for jid, r in cluster.jobs.items():
+            if r.done or r.placement is None:
+                continue
+            links: dict[str, float] = {}
+            for segs in components(r.placement, r.held, r.spec.ps):
+                for path in segs:
+                    for e in fab.path_links(path):
+                        links[str(e)] = links.get(str(e), 0.0) + r.spec.update_bytes
+            sent = sum(r.spec.update_bytes - cluster.sim.remaining(f) for f in r.flows)
+            ds.append(
+                Demand(
+                    job=jid,
+                    links=links,
+                    arrival_s=r.spec.arrival_s,
+                    sent_bytes=sent,
+                    progress=min(r.iteration / r.spec.iterations, 1.0),
+                )
+            )
+        s = schedule(policy, ds, k - 1)
+        return {j: c + 1 for j, c in s.classes.items()}
+
+    return sched
+
+
 @dataclass
 class RunResult:
     scenario: str
@@ -176,6 +227,11 @@ class RunResult:
     background_flows: int
     placements: int
     skipped_pools: int
+    # Background flows finished during the run and their completion times: what priorities
+    # for training traffic cost everything else.
+    bg_finished: int = 0
+    bg_fct_mean_s: float = 0.0
+    bg_fct_p99_s: float = 0.0
 
     def ccts(self) -> np.ndarray:
         return np.array([r.cct_s for r in self.records])
@@ -227,6 +283,8 @@ def run(
         s.traffic_class = 1 + i
     sim, observer, bg = world(scenario, fabric, np.random.default_rng(bg_seq), 1 + len(specs))
     sim.probe = probe
+    name = strategy
+    strategy, _, policy = strategy.partition("+")
     floor = strategy == "floor"
 
     def place(inst: Instance) -> Placement:
@@ -245,6 +303,7 @@ def run(
         switching_penalty_s=scenario.switching_penalty_s,
         flow_counts=scenario.int_flow_counts,
         ideal=floor,
+        scheduler=scheduler_for(policy, scenario.priority_classes) if policy else None,
     )
     observer.start()
     bg.start()
@@ -256,7 +315,7 @@ def run(
     sim.run(stop=lambda: cluster.finished)
     return RunResult(
         scenario=scenario.name,
-        strategy=strategy,
+        strategy=name,
         seed=seed,
         records=cluster.records,
         sim_time_s=sim.t,
@@ -266,6 +325,9 @@ def run(
         background_flows=bg.started,
         placements=cluster.placements,
         skipped_pools=cluster.skipped_pools,
+        bg_finished=len(bg.fct_s),
+        bg_fct_mean_s=float(np.mean(bg.fct_s)) if bg.fct_s else 0.0,
+        bg_fct_p99_s=float(np.percentile(bg.fct_s, 99)) if bg.fct_s else 0.0,
     )
 
 

@@ -62,6 +62,7 @@ class Background:
         self.alpha, self.lo, self.hi = size_alpha, size_min_bytes, size_max_bytes
         self.started = 0
         self.finished = 0
+        self.fct_s: list[float] = []  # completion times of the finished flows
         self.bytes_started = 0.0
         hosts = self.fabric.hosts
         c = (host_gbps or self._access_gbps()) * 1e9
@@ -97,8 +98,10 @@ class Background:
             self.bytes_started += size
         return self.sim.add(Flow(links, np.ones(links.size), size, BACKGROUND, on_done=self._done))
 
-    def _done(self, _flow: Flow) -> None:
+    def _done(self, flow: Flow) -> None:
         self.finished += 1
+        if flow.end is not None:
+            self.fct_s.append(flow.end - flow.start)
 
 
 class _Hotspot:

@@ -66,6 +66,7 @@ class _Running:
     done: bool = False
     aggs_now: int = 0
     ps_now: int = 0
+    flows: list[Flow] = field(default_factory=list)  # of the round in flight
 
 
 def components(placement: JobPlacement, held: set[str], ps: str) -> list[list[list[str]]]:
@@ -132,8 +133,14 @@ class Cluster:
         switching_penalty_s: float = 0.0,
         flow_counts: bool = True,
         ideal: bool = False,
+        scheduler: Callable[[Cluster], dict[str, int]] | None = None,
     ) -> None:
+        """`scheduler(cluster)`: each running job's priority class (higher served first,
+        background stays at 0), asked at every placement and every round's start; none:
+        every job at 0, sharing max-min with the background."""
         self.sim = sim
+        self.scheduler = scheduler
+        self.priority: dict[str, int] = {}
         self.ideal = ideal
         self.fabric = sim.fabric
         self.observer = observer
@@ -219,6 +226,18 @@ class Cluster:
                     self.skipped_pools += 1
             r.placement = jp
 
+    def reprioritise(self) -> None:
+        """Ask the scheduler again and move the rounds in flight to their new classes."""
+        assert self.scheduler is not None
+        new = self.scheduler(self)
+        for jid, cls in new.items():
+            if self.priority.get(jid) != cls:
+                self.priority[jid] = cls
+                r = self.jobs.get(jid)
+                if r is not None:
+                    for f in r.flows:
+                        self.sim.set_priority(f, cls)
+
     # -- iterations -------------------------------------------------------------------------
 
     def _next_iteration(self, r: _Running) -> None:
@@ -233,18 +252,24 @@ class Cluster:
         )
         r.outstanding = len(comps)
         r.comm_start = self.sim.t
+        r.flows = []
+        if self.scheduler is not None:
+            self.reprioritise()
         r.aggs_now = len(r.held)
         r.ps_now = len(comps)
         for segs in comps:
             idx = np.concatenate([self.fabric.path_links(p) for p in segs])
             links, mult = np.unique(idx, return_counts=True)
-            self.sim.add(
-                Flow(
-                    links,
-                    mult.astype(float),
-                    float(r.spec.update_bytes),
-                    r.spec.traffic_class,
-                    on_done=lambda _f, r=r: self._component_done(r),
+            r.flows.append(
+                self.sim.add(
+                    Flow(
+                        links,
+                        mult.astype(float),
+                        float(r.spec.update_bytes),
+                        r.spec.traffic_class,
+                        priority=self.priority.get(r.spec.id, 0),
+                        on_done=lambda _f, r=r: self._component_done(r),
+                    )
                 )
             )
 
