@@ -20,9 +20,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, StrictBool
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    StrictBool,
+)
 
 from ..engine import STRATEGIES
+from ..scheduling import POLICIES
 from .core import BadField, Conflict, NotFound, Service, TooLarge, Unavailable
 from .settings import Settings, resolve_token
 
@@ -38,6 +47,7 @@ Count = Annotated[PositiveInt, BeforeValidator(_no_bool)]
 JOB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 HOST_REF = r"^[0-9A-Za-z:./_-]{1,64}$"
 Strategy = Literal[tuple(STRATEGIES)]  # type: ignore[valid-type]
+Policy = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
 
 
 class JobIn(BaseModel):
@@ -81,6 +91,31 @@ class PlaceAllIn(BaseModel):
         None, max_length=10_000, description="Job ids; none means every job."
     )
     dry_run: StrictBool = False
+
+
+class ProgressIn(BaseModel):
+    """What a job reports of its training; the scheduler orders by it (JPAS: least progress
+    first; Grouper: cojob and stage)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {"iterations_done": 120, "iterations_total": 1000},
+                {"progress": 0.4, "cojob": "hp-search-7", "stage": 2, "rounds_left": 50},
+            ]
+        },
+    )
+    progress: Annotated[float, BeforeValidator(_no_bool)] | None = Field(
+        None, ge=0.0, le=1.0, description="Fraction of training done; or give iterations."
+    )
+    iterations_done: Annotated[NonNegativeInt, BeforeValidator(_no_bool)] | None = None
+    iterations_total: Count | None = None
+    loss: Annotated[float, BeforeValidator(_no_bool)] | None = Field(None, ge=0.0)
+    cojob: str | None = Field(None, pattern=JOB_ID, description="The search this trial is in.")
+    stage: Annotated[NonNegativeInt, BeforeValidator(_no_bool)] = 0
+    rounds_left: Count = Field(1, description="Rounds left in the current stage.")
 
 
 class Metrics:
@@ -458,6 +493,25 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     )
     def reconcile() -> dict[str, Any]:
         return errors(svc.reconcile)
+
+    @app.post(
+        f"{v1}/jobs/{{job_id}}/progress",
+        tags=["scheduling"],
+        dependencies=auth,
+        responses=_err(401, 404, 415, 422),
+    )
+    def report_progress(job_id: str, body: ProgressIn) -> dict[str, Any]:
+        """The job (or its agent) reports its training progress, for the scheduler."""
+        return errors(lambda: svc.report_progress(job_id, body.model_dump()))
+
+    @app.get(f"{v1}/schedule", tags=["scheduling"], responses=_err(422))
+    def get_schedule(
+        policy: Annotated[Policy, Query(description="docs/scheduling.md")] = "sincronia",  # type: ignore[valid-type]
+        classes: Annotated[int, Query(ge=2, le=8, description="Priority queues per port")] = 4,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Every placed job's priority class under `policy` (docs/scheduling.md): jobs on
+        classes 1 .. classes-1 in the policy's order, background on 0."""
+        return errors(lambda: svc.schedule(policy, classes))
 
     @app.get(f"{v1}/topology", tags=["network"], responses=_err(503))
     def topology() -> dict[str, Any]:

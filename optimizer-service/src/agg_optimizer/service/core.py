@@ -285,6 +285,61 @@ class Service:
             self.store.delete_job(job_id)
         return {"job_id": job_id, "intents_removed": len(keys), "aggregation": agg}
 
+    # --- scheduling -----------------------------------------------------------------------
+
+    def report_progress(self, job_id: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """Store what a job says of its training (the scheduler's progress and stage)."""
+        self.get_job(job_id)
+        if doc.get("progress") is None:
+            done, total = doc.get("iterations_done"), doc.get("iterations_total")
+            if done is None or total is None:
+                raise BadField(
+                    "progress", "give progress, or iterations_done with iterations_total"
+                )
+            if done > total:
+                raise BadField("iterations_done", f"{done} exceeds iterations_total {total}")
+            doc = {**doc, "progress": done / total}
+        self.store.set_progress(job_id, doc)
+        return {"job_id": job_id, **self.store.progress()[job_id]}
+
+    def schedule(self, policy: str, classes: int) -> dict[str, Any]:
+        """Order the jobs that hold a placement by `policy` and map them onto `classes`
+        priority queues: jobs on 1 .. classes-1, everything else (background) on 0."""
+        from ..documents import Job, JobPlacement
+        from ..scheduling import POLICIES, Demand, link_bytes, schedule
+
+        if policy not in POLICIES:
+            raise BadField("policy", f"unknown {policy!r}; one of {', '.join(POLICIES)}")
+        progress, created = self.store.progress(), self.store.created()
+        demands = []
+        for spec in self.store.jobs():
+            cur = self.store.current(spec["id"])
+            if not cur or cur["status"] not in HOLDING:
+                continue
+            job = Job.model_validate({k: spec[k] for k in Job.model_fields if k in spec})
+            jp = JobPlacement.model_validate(cur["placement"])
+            info = progress.get(job.id, {})
+            demands.append(
+                Demand(
+                    job=job.id,
+                    links=link_bytes(job.update_bytes, jp),
+                    arrival_s=created.get(job.id, 0.0),
+                    weight=job.weight,
+                    progress=float(info.get("progress", 0.0)),
+                    cojob=info.get("cojob"),
+                    stage=int(info.get("stage", 0)),
+                    rounds_left=int(info.get("rounds_left", 1)),
+                )
+            )
+        s = schedule(policy, demands, classes - 1)
+        return {
+            "policy": policy,
+            "classes": classes,
+            "order": s.order,
+            "class_of": {j: c + 1 for j, c in s.classes.items()},
+            "background_class": 0,
+        }
+
     # --- placements -----------------------------------------------------------------------
 
     def _instance(

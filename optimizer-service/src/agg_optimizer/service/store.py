@@ -22,6 +22,8 @@ CREATE TABLE IF NOT EXISTS placements (
 CREATE INDEX IF NOT EXISTS placements_job ON placements (job_id, seq);
 CREATE TABLE IF NOT EXISTS intents (
     key TEXT PRIMARY KEY, job_id TEXT NOT NULL, digest TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS progress (
+    job_id TEXT PRIMARY KEY, doc TEXT NOT NULL, updated REAL NOT NULL);
 """
 
 
@@ -80,7 +82,27 @@ class Store:
             self.db.execute("BEGIN")
             self.db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
             self.db.execute("DELETE FROM placements WHERE job_id = ?", (job_id,))
+            self.db.execute("DELETE FROM progress WHERE job_id = ?", (job_id,))
             self.db.execute("COMMIT")
+
+    def created(self) -> dict[str, float]:
+        """Each job's creation time (the scheduler's arrival)."""
+        with self.lock:
+            return dict(self.db.execute("SELECT id, created FROM jobs").fetchall())
+
+    # training progress, as the job reports it (the scheduler's input)
+    def set_progress(self, job_id: str, doc: dict[str, Any]) -> None:
+        with self.lock:
+            self.version += 1
+            self.db.execute(
+                "INSERT OR REPLACE INTO progress VALUES (?, ?, ?)",
+                (job_id, json.dumps(doc), time.time()),
+            )
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            rows = self.db.execute("SELECT job_id, doc, updated FROM progress").fetchall()
+        return {j: {**json.loads(d), "updated": u} for j, d, u in rows}
 
     # placements
     def add_placement(
