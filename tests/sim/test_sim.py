@@ -3,6 +3,7 @@ determinism, and scenario input errors."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -532,3 +533,34 @@ def test_scenario_strategies_take_a_policy_and_name_bad_ones():
         Scenario.model_validate(SCENARIOS["k4"].model_dump() | {"strategies": ["agg+magic"]})
     with pytest.raises(ValueError, match="floor\\+fair"):
         Scenario.model_validate(SCENARIOS["k4"].model_dump() | {"strategies": ["floor+fair"]})
+
+
+def test_successive_halving_kills_the_worst_trials_at_every_stage_end():
+    """One cojob of 3 trials, 3 stages of 2 iterations: 3 trials run stage 0 and the worst
+    is killed, 2 run stage 1 and the worse is killed, the best runs stage 2 alone. A stage
+    starts where the previous one ended and lasts until its slowest live trial is done."""
+    sc = SCENARIOS["k4"].model_copy(
+        update={"jobs": 3, "cojobs": 1, "iterations": 6, "stages": 3, "background_load": 0.0}
+    )
+    res = run(sc, "agg", 0)
+    assert [(x["stage"], x["trials"], x["killed"]) for x in res.stages] == [
+        (0, 3, 1), (1, 2, 1), (2, 1, 0),
+    ]  # fmt: skip
+    for a, b in itertools.pairwise(res.stages):
+        assert b["start_s"] == pytest.approx(a["end_s"])
+    specs = sc.job_specs(
+        sc.fabric(), np.random.default_rng(np.random.SeedSequence([0, 0xA66]).spawn(2)[0])
+    )
+    by_quality = [s.id for s in sorted(specs, key=lambda s: -s.quality)]
+    iters = {j: sum(r.job == j for r in res.records) for j in by_quality}
+    assert [iters[j] for j in by_quality] == [6, 4, 2]  # the best went furthest
+    for x in res.stages:  # a stage ends with the last iteration of its slowest trial
+        ends = [r.start_s + r.cct_s for r in res.records
+                if r.iteration // 2 == x["stage"] and r.iteration % 2 == 1]  # fmt: skip
+        assert x["end_s"] == pytest.approx(max(ends))
+
+
+def test_grouper_runs_on_cojobs_in_the_simulator():
+    sc = SCENARIOS["k4"].model_copy(update={"jobs": 3, "cojobs": 1, "iterations": 4, "stages": 2})
+    res = run(sc, "agg+grouper", 0)
+    assert res.strategy == "agg+grouper" and len(res.stages) == 2

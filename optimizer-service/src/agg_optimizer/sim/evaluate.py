@@ -117,6 +117,8 @@ class StrategySummary:
     # Mean completion time of the background flows finished in the run (what priorities
     # for training traffic cost everything else)
     bg_fct: Interval | None = None
+    # Mean stage completion time of hyper-parameter search cojobs (scenarios with cojobs)
+    sct: Interval | None = None
 
 
 @dataclass
@@ -150,7 +152,10 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
     seeds = sorted({r.seed for r in results})
     wall: dict[str, float] = {}
     bg: dict[str, list[float]] = {}
+    sct: dict[str, list[float]] = {}
     for r in results:
+        if r.stages:
+            sct.setdefault(r.strategy, []).append(float(np.mean([x["sct_s"] for x in r.stages])))
         wall[r.strategy] = wall.get(r.strategy, 0.0) + r.wall_s
         if r.bg_finished:
             bg.setdefault(r.strategy, []).append(r.bg_fct_mean_s)
@@ -165,6 +170,7 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
                 iterations=int(sum(per[k].size for k in seeds)),
                 wall_s=wall[s],
                 bg_fct=Interval.of(bg[s]) if s in bg else None,
+                sct=Interval.of(sct[s]) if s in sct else None,
             )
         )
     rows.sort(key=lambda x: x.mean.mean)
@@ -205,14 +211,15 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
 
 
 def markdown(summary: Summary, scenario: Scenario) -> str:
+    staged = any(r.sct is not None for r in summary.strategies)
     lines = [
         f"### Scenario `{summary.scenario}` ({summary.seeds} seeds)",
         "",
         scenario.description or "",
         "",
         "| strategy | mean CCT (s) [95% CI] | p95 (s) | p99 (s) | iterations | sim wall (s) "
-        "| background FCT (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| background FCT (s) |" + (" mean SCT (s) |" if staged else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if staged else ""),
     ]
     for r in summary.strategies:
         name = f"**{r.strategy}**" if r.strategy == OURS else r.strategy
@@ -221,6 +228,7 @@ def markdown(summary: Summary, scenario: Scenario) -> str:
         lines.append(
             f"| {name} | {r.mean.fmt()} | {r.p95.fmt()} | {r.p99.fmt()} | {r.iterations} "
             f"| {r.wall_s:.0f} | {r.bg_fct.fmt() if r.bg_fct else '-'} |"
+            + (f" {r.sct.fmt() if r.sct else '-'} |" if staged else "")
         )
     lines.append("")
     if summary.vs_average is not None:

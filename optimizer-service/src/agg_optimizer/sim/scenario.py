@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -83,6 +83,15 @@ class Scenario(BaseModel):
         min_length=1,
     )
     seeds: int = Field(5, ge=1)
+    cojobs: int = Field(
+        0,
+        ge=0,
+        description="Hyper-parameter search: the jobs are trials of this many cojobs (one "
+        "model each), run in `stages` stages with the worst trials killed after each; 0: "
+        "independent jobs.",
+    )
+    stages: int = Field(3, ge=1, description="Stages of a cojob (iterations split evenly).")
+    keep_fraction: float = Field(0.5, gt=0.0, le=1.0, description="Trials kept per stage.")
     priority_classes: int = Field(
         4,
         ge=2,
@@ -105,6 +114,13 @@ class Scenario(BaseModel):
                 f"strategies: unknown {', '.join(unknown)}; one of {', '.join(known)}, or "
                 f"STRATEGY+POLICY with a policy of {', '.join(POLICIES)}"
             )
+        if self.cojobs:
+            if self.cojobs > self.jobs:
+                raise ValueError(f"cojobs: {self.cojobs} cojobs need at least as many jobs")
+            if self.iterations % self.stages:
+                raise ValueError(
+                    f"iterations: {self.iterations} do not split into {self.stages} stages"
+                )
         need = self.jobs * (self.workers + 1)
         if need > self.n_hosts:
             raise ValueError(
@@ -156,6 +172,10 @@ class Scenario(BaseModel):
             ps = rest[int(rng.integers(len(rest)))]
             free = [h for h in rest if h != ps]
             model = self.models[int(rng.integers(len(self.models)))]
+            cojob = f"cojob{i % self.cojobs}" if self.cojobs else None
+            if cojob is not None:
+                # the trials of a cojob tune one model; each configuration has a quality
+                model = self.models[(i % self.cojobs) % len(self.models)]
             specs.append(
                 JobSpec(
                     id=f"job{i}",
@@ -166,6 +186,8 @@ class Scenario(BaseModel):
                     compute_s=COMPUTE_S[model],
                     arrival_s=t,
                     model=model,
+                    cojob=cojob,
+                    quality=float(rng.random()) if cojob else 0.0,
                 )
             )
             if self.arrival_interval_s:
@@ -180,18 +202,21 @@ def is_known_strategy(name: str) -> bool:
     return ok and (not plus or (policy in POLICIES and base in engine.STRATEGIES))
 
 
-def scheduler_for(policy: str, k: int) -> Callable[[Cluster], dict[str, int]]:
+def scheduler_for(policy: str, scenario: Scenario) -> Callable[[Cluster], dict[str, int]]:
     """The Cluster's scheduler for `policy`: every running job's round as a demand (bytes
     per link of its placement's streams, progress, bytes sent in flight), ordered by the
     policy onto classes 1 .. k-1 (0 is the background's). `fair` puts every job in the top
     class: above the background, sharing max-min among themselves (the strategy alone,
     without `+POLICY`, is per-flow fair sharing with the background too)."""
 
+    k = scenario.priority_classes
+
     def sched(cluster: Cluster) -> dict[str, int]:
         fab = cluster.fabric
         ds = []
+        stage_rounds: dict[tuple[str, int], int] = {}
         for jid, r in cluster.jobs.items():
-            if r.done or r.placement is None:
+            if r.done or r.placement is None or cluster.at_barrier(r):
                 continue
             links: dict[str, float] = {}
             for segs in components(r.placement, r.held, r.spec.ps):
@@ -199,6 +224,10 @@ def scheduler_for(policy: str, k: int) -> Callable[[Cluster], dict[str, int]]:
                     for e in fab.path_links(path):
                         links[str(e)] = links.get(str(e), 0.0) + r.spec.update_bytes
             sent = sum(r.spec.update_bytes - cluster.sim.remaining(f) for f in r.flows)
+            stage, left = cluster.stage_of(r) if cluster.stage_iterations else (0, 1)
+            if r.spec.cojob is not None:
+                for later in range(stage + 1, scenario.stages):
+                    stage_rounds[(r.spec.cojob, later)] = cluster.stage_iterations
             ds.append(
                 Demand(
                     job=jid,
@@ -206,9 +235,12 @@ def scheduler_for(policy: str, k: int) -> Callable[[Cluster], dict[str, int]]:
                     arrival_s=r.spec.arrival_s,
                     sent_bytes=sent,
                     progress=min(r.iteration / r.spec.iterations, 1.0),
+                    cojob=r.spec.cojob,
+                    stage=stage,
+                    rounds_left=left,
                 )
             )
-        s = schedule(policy, ds, k - 1)
+        s = schedule(policy, ds, k - 1, stage_rounds=stage_rounds)
         return {j: c + 1 for j, c in s.classes.items()}
 
     return sched
@@ -229,6 +261,7 @@ class RunResult:
     skipped_pools: int
     # Background flows finished during the run and their completion times: what priorities
     # for training traffic cost everything else.
+    stages: list[dict] = field(default_factory=list)  # StageRecord of every cojob stage
     bg_finished: int = 0
     bg_fct_mean_s: float = 0.0
     bg_fct_p99_s: float = 0.0
@@ -303,7 +336,9 @@ def run(
         switching_penalty_s=scenario.switching_penalty_s,
         flow_counts=scenario.int_flow_counts,
         ideal=floor,
-        scheduler=scheduler_for(policy, scenario.priority_classes) if policy else None,
+        scheduler=scheduler_for(policy, scenario) if policy else None,
+        stage_iterations=scenario.iterations // scenario.stages if scenario.cojobs else 0,
+        keep_fraction=scenario.keep_fraction,
     )
     observer.start()
     bg.start()
@@ -325,6 +360,7 @@ def run(
         background_flows=bg.started,
         placements=cluster.placements,
         skipped_pools=cluster.skipped_pools,
+        stages=[asdict(x) | {"sct_s": x.sct_s} for x in cluster.stages],
         bg_finished=len(bg.fct_s),
         bg_fct_mean_s=float(np.mean(bg.fct_s)) if bg.fct_s else 0.0,
         bg_fct_p99_s=float(np.percentile(bg.fct_s, 99)) if bg.fct_s else 0.0,
@@ -406,6 +442,13 @@ def _presets() -> dict[str, Scenario]:
             background_load=0.3,
             hotspots=1,
             bg_size_min_bytes=50e6,
+        ),
+        Scenario(
+            name="hpsearch",
+            description="Hyper-parameter search: k=8 fat-tree, 3 cojobs of 4 trials (8 "
+            "workers each, one model per cojob), 3 stages of 2 iterations with the worse half "
+            "killed after each, background as in paper, one pool per switch.",
+            **base | {"jobs": 12, "workers": 8, "iterations": 6, "cojobs": 3, "stages": 3},
         ),
     ]
     return {s.name: s for s in out}

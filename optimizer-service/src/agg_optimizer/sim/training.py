@@ -42,6 +42,27 @@ class JobSpec:
     arrival_s: float = 0.0
     model: str = ""
     traffic_class: int = AGGREGATION  # the simulator's class for this job's streams
+    # Hyper-parameter search: the cojob this trial belongs to, and how good its
+    # configuration is (higher: lower loss; the worst trials are killed at stage ends)
+    cojob: str | None = None
+    quality: float = 0.0
+
+
+@dataclass
+class StageRecord:
+    """One stage of a cojob: from its start (arrival, or the previous stage's end) until
+    its slowest live trial finished the stage's iterations."""
+
+    cojob: str
+    stage: int
+    start_s: float
+    end_s: float
+    trials: int  # alive during the stage
+    killed: int  # at its end
+
+    @property
+    def sct_s(self) -> float:
+        return self.end_s - self.start_s
 
 
 @dataclass
@@ -134,12 +155,22 @@ class Cluster:
         flow_counts: bool = True,
         ideal: bool = False,
         scheduler: Callable[[Cluster], dict[str, int]] | None = None,
+        stage_iterations: int = 0,
+        keep_fraction: float = 0.5,
     ) -> None:
         """`scheduler(cluster)`: each running job's priority class (higher served first,
         background stays at 0), asked at every placement and every round's start; none:
         every job at 0, sharing max-min with the background."""
         self.sim = sim
         self.scheduler = scheduler
+        # Successive halving for jobs with a cojob: after every `stage_iterations` the
+        # cojob's live trials wait for each other, then the best `keep_fraction` go on.
+        self.stage_iterations = stage_iterations
+        self.keep_fraction = keep_fraction
+        self.stages: list[StageRecord] = []
+        self._stage_start: dict[str, float] = {}
+        self._waiting: dict[str, set[str]] = {}
+        self.killed: set[str] = set()
         self.priority: dict[str, int] = {}
         self.ideal = ideal
         self.fabric = sim.fabric
@@ -169,6 +200,8 @@ class Cluster:
     def _arrive(self, batch: list[JobSpec]) -> None:
         for s in batch:
             self.jobs[s.id] = _Running(spec=s)
+            if s.cojob is not None:
+                self._stage_start.setdefault(s.cojob, self.sim.t)
         self._place([self.jobs[s.id] for s in batch])
         for s in batch:
             self._next_iteration(self.jobs[s.id])
@@ -289,12 +322,63 @@ class Cluster:
             )
         )
         r.iteration += 1
+        staged = r.spec.cojob is not None and self.stage_iterations > 0
         if r.iteration >= r.spec.iterations:
-            r.done = True
-            for s in r.held:
-                self.free[s] += self.pool_slots
-            r.held = set()
+            self._finish(r)
+            if staged:
+                self._stage_end(r)
             return
+        if staged and r.iteration % self.stage_iterations == 0:
+            self._stage_end(r)
+            return
+        self._go_on(r)
+
+    def _go_on(self, r: _Running) -> None:
         if self.replace_every and r.iteration % self.replace_every == 0:
             self._place([r])
         self._next_iteration(r)
+
+    def _finish(self, r: _Running) -> None:
+        r.done = True
+        for s in r.held:
+            self.free[s] += self.pool_slots
+        r.held = set()
+
+    def at_barrier(self, r: _Running) -> bool:
+        """Whether a trial finished its stage and waits for its cojob (sends nothing)."""
+        cj = r.spec.cojob
+        return cj is not None and r.spec.id in self._waiting.get(cj, ())
+
+    def stage_of(self, r: _Running) -> tuple[int, int]:
+        """(stage, rounds left in it) of a trial."""
+        s = self.stage_iterations
+        return r.iteration // s, s - r.iteration % s
+
+    def _stage_end(self, r: _Running) -> None:
+        """A trial finished its stage: wait for the cojob's other live trials; the last one
+        ends the stage, kills the worst and lets the rest go on."""
+        cj = r.spec.cojob
+        assert cj is not None
+        live = [
+            t for t in self.jobs.values() if t.spec.cojob == cj and t.spec.id not in self.killed
+        ]
+        waiting = self._waiting.setdefault(cj, set())
+        waiting.add(r.spec.id)
+        if not all(t.spec.id in waiting for t in live):
+            return
+        waiting.clear()
+        stage = r.iteration // self.stage_iterations - 1
+        going = [t for t in live if not t.done]
+        keep = max(1, int(np.ceil(len(going) * self.keep_fraction))) if going else 0
+        going.sort(key=lambda t: (-t.spec.quality, t.spec.id))
+        for t in going[keep:]:
+            self.killed.add(t.spec.id)
+            self._finish(t)
+        self.stages.append(
+            StageRecord(
+                cj, stage, self._stage_start.get(cj, 0.0), self.sim.t, len(live), len(going) - keep
+            )
+        )
+        self._stage_start[cj] = self.sim.t
+        for t in going[:keep]:
+            self._go_on(t)
