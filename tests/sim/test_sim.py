@@ -564,3 +564,16 @@ def test_grouper_runs_on_cojobs_in_the_simulator():
     sc = SCENARIOS["k4"].model_copy(update={"jobs": 3, "cojobs": 1, "iterations": 4, "stages": 2})
     res = run(sc, "agg+grouper", 0)
     assert res.strategy == "agg+grouper" and len(res.stages) == 2
+
+
+def test_time_to_accuracy_follows_the_documented_curve():
+    from agg_optimizer.sim.training import iterations_to_accuracy, time_to_accuracy
+
+    # 1 - exp(-4 f): 90% after f = ln(10)/4 = 0.576, 95% after ln(20)/4 = 0.749
+    assert iterations_to_accuracy(8, 0.90) == 5 and iterations_to_accuracy(8, 0.95) == 6
+    assert iterations_to_accuracy(100, 0.90) == 58 and iterations_to_accuracy(1, 0.99) == 1
+    recs = [IterationRecord("a", i, 10.0 + 2 * i, 0.5, 0, 1, "resnet50") for i in range(8)]
+    recs += [IterationRecord("killed", i, 1.0 + i, 0.5, 0, 1, "resnet50") for i in range(3)]
+    # arrival 10 - 0.2 (resnet50's compute); the 5th iteration is summed at 18 + 0.5
+    got = time_to_accuracy(recs, 8, 0.90, {"resnet50": 0.2})
+    assert got == [pytest.approx(18.5 - 9.8)]

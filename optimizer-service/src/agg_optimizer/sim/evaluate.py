@@ -25,8 +25,8 @@ import numpy as np
 from scipy import stats
 
 from ..documents import Instance, Placement
-from .scenario import RunResult, Scenario, run
-from .training import IterationRecord
+from .scenario import COMPUTE_S, RunResult, Scenario, run
+from .training import IterationRecord, time_to_accuracy
 
 OURS = "agg"
 FLOOR = "floor"
@@ -119,6 +119,9 @@ class StrategySummary:
     bg_fct: Interval | None = None
     # Mean stage completion time of hyper-parameter search cojobs (scenarios with cojobs)
     sct: Interval | None = None
+    # Mean time from arrival to 90% / 95% of converged accuracy (`training.time_to_accuracy`)
+    tta90: Interval | None = None
+    tta95: Interval | None = None
 
 
 @dataclass
@@ -147,8 +150,20 @@ def _per_seed(results: list[RunResult]) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
+def _tta(results: list[RunResult], fraction: float) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in results:
+        # the scenario's iterations: what the jobs that ran to the end did
+        iterations = max((x.iteration for x in r.records), default=0) + 1
+        times = time_to_accuracy(r.records, iterations, fraction, COMPUTE_S)
+        if times:
+            out.setdefault(r.strategy, []).append(float(np.mean(times)))
+    return out
+
+
 def summarise(scenario: str, results: list[RunResult]) -> Summary:
     by = _per_seed(results)
+    tta90, tta95 = _tta(results, 0.90), _tta(results, 0.95)
     seeds = sorted({r.seed for r in results})
     wall: dict[str, float] = {}
     bg: dict[str, list[float]] = {}
@@ -171,6 +186,8 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
                 wall_s=wall[s],
                 bg_fct=Interval.of(bg[s]) if s in bg else None,
                 sct=Interval.of(sct[s]) if s in sct else None,
+                tta90=Interval.of(tta90[s]) if s in tta90 else None,
+                tta95=Interval.of(tta95[s]) if s in tta95 else None,
             )
         )
     rows.sort(key=lambda x: x.mean.mean)
@@ -212,14 +229,18 @@ def summarise(scenario: str, results: list[RunResult]) -> Summary:
 
 def markdown(summary: Summary, scenario: Scenario) -> str:
     staged = any(r.sct is not None for r in summary.strategies)
+    # time to accuracy: where scheduling policies are compared
+    tta = any("+" in r.strategy for r in summary.strategies)
     lines = [
         f"### Scenario `{summary.scenario}` ({summary.seeds} seeds)",
         "",
         scenario.description or "",
         "",
         "| strategy | mean CCT (s) [95% CI] | p95 (s) | p99 (s) | iterations | sim wall (s) "
-        "| background FCT (s) |" + (" mean SCT (s) |" if staged else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if staged else ""),
+        "| background FCT (s) |"
+        + (" mean SCT (s) |" if staged else "")
+        + (" to 90% acc. (s) | to 95% acc. (s) |" if tta else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if staged else "") + ("---|---|" if tta else ""),
     ]
     for r in summary.strategies:
         name = f"**{r.strategy}**" if r.strategy == OURS else r.strategy
@@ -229,6 +250,11 @@ def markdown(summary: Summary, scenario: Scenario) -> str:
             f"| {name} | {r.mean.fmt()} | {r.p95.fmt()} | {r.p99.fmt()} | {r.iterations} "
             f"| {r.wall_s:.0f} | {r.bg_fct.fmt() if r.bg_fct else '-'} |"
             + (f" {r.sct.fmt() if r.sct else '-'} |" if staged else "")
+            + (
+                f" {r.tta90.fmt() if r.tta90 else '-'} | {r.tta95.fmt() if r.tta95 else '-'} |"
+                if tta
+                else ""
+            )
         )
     lines.append("")
     if summary.vs_average is not None:

@@ -450,6 +450,12 @@ def _presets() -> dict[str, Scenario]:
             "killed after each, background as in paper, one pool per switch.",
             **base | {"jobs": 12, "workers": 8, "iterations": 6, "cojobs": 3, "stages": 3},
         ),
+        Scenario(
+            name="jpas",
+            description="Jobs arriving over time (one a second on average), 8 iterations "
+            "each, otherwise paper: early jobs compete with late ones (JPAS's case).",
+            **base | {"iterations": 8, "arrival_interval_s": 1.0},
+        ),
     ]
     return {s.name: s for s in out}
 
