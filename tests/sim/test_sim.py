@@ -577,3 +577,17 @@ def test_time_to_accuracy_follows_the_documented_curve():
     # arrival 10 - 0.2 (resnet50's compute); the 5th iteration is summed at 18 + 0.5
     got = time_to_accuracy(recs, 8, 0.90, {"resnet50": 0.2})
     assert got == [pytest.approx(18.5 - 9.8)]
+
+
+def test_joint_replacement_solves_every_running_job_together():
+    """`joint_replace`: a job's re-placement re-solves all running jobs in one instance (as
+    the service solves all jobs of a strategy); without it, only that job."""
+    sizes: dict[bool, list[int]] = {}
+    for joint in (False, True):
+        sc = SCENARIOS["k4"].model_copy(update={"joint_replace": joint, "background_load": 0.0})
+        made: list[int] = []
+        run(sc, "agg", 0, on_placement=lambda _t, inst, _p, made=made: made.append(len(inst.jobs)))
+        sizes[joint] = made
+    assert sizes[False][0] == sizes[True][0] == 3  # the arrival: all three together
+    assert set(sizes[False][1:]) == {1}
+    assert set(sizes[True][1:]) <= {1, 2, 3} and max(sizes[True][1:]) == 3

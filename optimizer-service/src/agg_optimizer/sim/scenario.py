@@ -75,6 +75,12 @@ class Scenario(BaseModel):
     )
     replace_every: int = Field(2, ge=0, description="Iterations between re-placements; 0: never.")
     switching_penalty_s: float = Field(0.0, ge=0)
+    joint_replace: bool = Field(
+        False,
+        description="Re-place all running jobs together at a job's re-placement (the "
+        "service solves all jobs of a strategy together); false: only that job, the others "
+        "being measured load.",
+    )
     strategies: list[str] = Field(
         default_factory=lambda: [
             *(s for s in engine.STRATEGIES if s not in engine.ABLATIONS),
@@ -339,6 +345,7 @@ def run(
         scheduler=scheduler_for(policy, scenario) if policy else None,
         stage_iterations=scenario.iterations // scenario.stages if scenario.cojobs else 0,
         keep_fraction=scenario.keep_fraction,
+        joint_replace=scenario.joint_replace,
     )
     observer.start()
     bg.start()

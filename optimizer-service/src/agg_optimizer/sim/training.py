@@ -192,12 +192,17 @@ class Cluster:
         scheduler: Callable[[Cluster], dict[str, int]] | None = None,
         stage_iterations: int = 0,
         keep_fraction: float = 0.5,
+        joint_replace: bool = False,
     ) -> None:
         """`scheduler(cluster)`: each running job's priority class (higher served first,
         background stays at 0), asked at every placement and every round's start; none:
         every job at 0, sharing max-min with the background."""
         self.sim = sim
         self.scheduler = scheduler
+        # Re-place every running job together (as the service does: one solve per strategy
+        # over all its jobs) instead of the one job whose turn it is, the others being
+        # measured load in the INT snapshot.
+        self.joint_replace = joint_replace
         # Successive halving for jobs with a cojob: after every `stage_iterations` the
         # cojob's live trials wait for each other, then the best `keep_fraction` go on.
         self.stage_iterations = stage_iterations
@@ -370,7 +375,11 @@ class Cluster:
 
     def _go_on(self, r: _Running) -> None:
         if self.replace_every and r.iteration % self.replace_every == 0:
-            self._place([r])
+            if self.joint_replace:
+                live = [t for t in self.jobs.values() if not t.done and t.placement is not None]
+                self._place(sorted(live, key=lambda t: t.spec.id))
+            else:
+                self._place([r])
         self._next_iteration(r)
 
     def _finish(self, r: _Running) -> None:
