@@ -5,12 +5,17 @@
  * switch's AGG_SLOTS. A packet's slot holds one chunk (identified by seq) at a time:
  *   free slot, new seq             -> claim it, add the vector, remember seq
  *   slot holds this seq            -> add the vector unless a contributor is already in
- *                                     the slot's bitmap (a retransmission: dropped)
+ *                                     the slot's bitmap; then, a retransmission flushes
+ *                                     the slot (its partial sum goes up, the slot is
+ *                                     freed), anything else is a duplicate and dropped
  *   free slot, same seq as the last -> a late retransmission of a chunk already sent up:
  *   completed chunk                    forwarded unchanged, so the parameter server can
  *                                     complete from raw packets if the aggregate was lost
- *   slot holds another seq         -> forwarded unchanged (the hosts' window should
- *                                     prevent it; the parameter server falls back)
+ *   slot holds an older seq        -> what it holds is stale (a sender reuses a slot only
+ *                                     once the parameter server completed its previous
+ *                                     chunk): discarded, and the slot claimed as if free
+ *   slot holds a newer seq         -> forwarded unchanged (the parameter server acknowledges
+ *                                     a chunk it completed again, or completes it raw)
  * When fan_in child streams have been added, the sum goes to next_hop_port in this
  * packet and the slot is zeroed: the data plane frees its own slots, so the control plane
  * never reads registers (bmv2's P4Runtime server cannot).
@@ -63,26 +68,48 @@ control Aggregation(inout headers_t hdr, inout local_metadata_t local_metadata,
         agg_count.read(count, slot);
         agg_bitmap.read(bitmap, slot);
         bit<32> tag = hdr.agg.seq + 1;
+        bool fresh = false;  // the slot is (re)claimed: what it holds is discarded
         if (count == 0) {
             if (stored_seq == tag) {
                 return;
             }
             agg_seq.write(slot, tag);
         } else if (stored_seq != tag) {
-            return;
+            // Sequence numbers compared modulo 2^32: the slot's chunk is older when the
+            // difference is below 2^31.
+            bit<32> ahead = tag - stored_seq;
+            if (ahead[31:31] == 1) {
+                return;
+            }
+            agg_seq.write(slot, tag);
+            fresh = true;
+            count = 0;
+            bitmap = 0;
         }
-        if ((bitmap & hdr.agg.contributors) != 0) {
+        // A contributor already in the slot: a duplicate, unless it is a retransmission,
+        // whose sender waits for an acknowledgement that only a sum reaching the parameter
+        // server can bring (the other contributors may never send this chunk again, e.g.
+        // after their acknowledgement came through another aggregator, docs/e2e.md). The
+        // slot's partial sum goes up in this packet and the slot is freed.
+        bool overlap = (bitmap & hdr.agg.contributors) != 0;
+        bool flush = overlap && (hdr.agg.flags & AGG_FLAG_RETRANSMIT) != 0;
+        if (overlap && !flush) {
             mark_to_drop(standard_metadata);
             exit;
         }
-        count = count + 1;
-        bitmap = bitmap | hdr.agg.contributors;
-        bool complete = count >= job_fan_in;
+        if (!flush) {
+            count = count + 1;
+            bitmap = bitmap | hdr.agg.contributors;
+        }
+        bool complete = flush || count >= job_fan_in;
         bit<32> base = slot << 5;
         bit<32> acc;
+        // Masks rather than a branch per lane: what the slot keeps, what the packet adds.
+        bit<32> keep = fresh ? 32w0 : 32w0xffffffff;
+        bit<32> add = flush ? 32w0 : 32w0xffffffff;
 #define LANE(i) \
         agg_values.read(acc, base + i); \
-        acc = acc + hdr.agg_values[i].v; \
+        acc = (acc & keep) + (hdr.agg_values[i].v & add); \
         if (complete) { hdr.agg_values[i].v = acc; acc = 0; } \
         agg_values.write(base + i, acc);
         LANE(0)
@@ -122,7 +149,13 @@ control Aggregation(inout headers_t hdr, inout local_metadata_t local_metadata,
             agg_count.write(slot, 0);
             agg_bitmap.write(slot, 0);
             hdr.agg.contributors = bitmap;
-            hdr.agg.flags = (hdr.agg.flags | AGG_FLAG_AGGREGATED) & ~AGG_FLAG_RETRANSMIT;
+            if (flush) {
+                // Still a retransmission: an aggregator above that holds these
+                // contributors flushes in turn.
+                hdr.agg.flags = hdr.agg.flags | AGG_FLAG_AGGREGATED;
+            } else {
+                hdr.agg.flags = (hdr.agg.flags | AGG_FLAG_AGGREGATED) & ~AGG_FLAG_RETRANSMIT;
+            }
             // The payload changed; a zero UDP checksum over IPv4 means "none" (RFC 768).
             hdr.udp.checksum = 0;
             standard_metadata.egress_spec = job_next_hop_port;

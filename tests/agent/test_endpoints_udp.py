@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from agg_agent.endpoints import IterationResult, ParameterServer, Worker, WorkerStats
 from agg_agent.fixedpoint import FixedPoint
-from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch
+from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch, Verdict
 
 # The workers' retransmission timeout. At 20 ms this test failed once in CI (167 of 189
 # chunks summed, 170 needed): ten threads of one process on 2 busy cores answer slower than
@@ -18,6 +19,7 @@ from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch
 # retransmissions the 1% loss needs); which of those made chunks complete raw at the PS was
 # not established (docs/protocols.md). 100 ms leaves the retransmissions to the loss.
 TIMEOUT = 0.1
+COMPUTE_S = 0.5  # a worker's compute between iterations, where one is modelled
 
 
 def run_job(
@@ -131,3 +133,102 @@ def test_bad_endpoint_parameters_name_the_field() -> None:
         Worker(1, 2, fp, ("127.0.0.1", 9))
     with pytest.raises(ValueError, match="workers: 1 addresses"):
         ParameterServer(1, fp, 10, [("127.0.0.1", 9)])
+
+
+class AckRelay:
+    """Between the PS and worker 0: passes acknowledgements on, except that it loses the
+    one for `lose_seq` and calls `on_loss` (the job moves at that moment)."""
+
+    def __init__(self, to: tuple[str, int], lose_seq: int, on_loss: Callable[[], None]) -> None:
+        import socket
+
+        self.to, self.lose_seq, self.on_loss, self.lost = to, lose_seq, on_loss, 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.address = self.sock.getsockname()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        from agg_agent.protocol import AggPacket
+
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(2048)
+            except TimeoutError:
+                continue
+            if AggPacket.decode(data).seq == self.lose_seq and not self.lost:
+                self.lost += 1
+                self.on_loss()
+                continue
+            self.sock.sendto(data, self.to)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def test_acknowledgement_lost_while_the_job_moves_does_not_stall_it() -> None:
+    """The deadlock of docs/e2e.md, on the reference model: the last chunk of an iteration
+    (seq 31) completes at switch B; the PS's acknowledgement to worker 0 is lost as the job
+    moves to switch A; worker 1 got its own and computes its next iteration. Worker 0's
+    first retransmission claimed A's free slot, the next ones were dropped there as
+    duplicates, and worker 1's chunk 39 found the slot busy and went up raw: the job
+    stopped for good."""
+    n, size, iterations = 2, 16 * 32, 3
+    fp = FixedPoint.for_bound(1.0, n)
+    workers = [
+        Worker(7, w, fp, ("127.0.0.1", 9), 8, timeout=TIMEOUT, max_retries=30) for w in range(n)
+    ]
+    sw = {k: UdpSwitch(SwitchModel({7: JobConfig(0, 8, 2)}), ("127.0.0.1", 9)) for k in "AB"}
+
+    def move() -> None:
+        for wk in workers:
+            wk.target = sw["A"].address
+
+    relay = AckRelay(workers[0].address, 16 + 15, move)
+    ps = ParameterServer(7, fp, size, [relay.address, workers[1].address])
+    for s in sw.values():
+        s.next_hop = ps.address
+        s.__enter__()
+    for wk in workers:
+        wk.target = sw["B"].address
+    tensors = np.random.default_rng(4).uniform(-1, 1, (iterations, n, size))
+    out: list[IterationResult] = []
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            out.extend(ps.run(iterations, linger=0.3, deadline=20))
+        except BaseException as e:
+            errors.append(e)
+
+    def work(w: int) -> None:
+        try:
+            for it in range(iterations):
+                time.sleep(COMPUTE_S)
+                workers[w].run_iteration(tensors[it, w])
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=serve)]
+    threads += [threading.Thread(target=work, args=(w,)) for w in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        relay.close()
+        for s in sw.values():
+            s.__exit__(None, None, None)
+        for wk in workers:
+            wk.close()
+        ps.close()
+    assert relay.lost == 1  # the loss and the move happened
+    assert not errors, errors
+    check_sums(out, tensors.sum(axis=1), fp)
+    assert sw["A"].counts[Verdict.EMIT] > 0  # the job aggregates at A after the move

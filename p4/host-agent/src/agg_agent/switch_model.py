@@ -32,6 +32,7 @@ class Verdict(Enum):
     ABSORBED = "absorbed"  # added to a slot, dropped
     DUPLICATE = "duplicate"  # a contributor already in the slot: dropped
     EMIT = "emit"  # the slot completed: the sum goes to the next hop
+    FLUSH = "flush"  # a retransmission of a contributor in the slot: the partial sum goes up
 
 
 @dataclass(slots=True)
@@ -66,9 +67,21 @@ class SwitchModel:
                 return Verdict.FORWARD  # late retransmission of a completed chunk
             s.seq_tag = tag
         elif s.seq_tag != tag:
-            return Verdict.FORWARD  # slot busy with another chunk
+            if (tag - s.seq_tag) & 0x80000000:
+                return Verdict.FORWARD  # the slot holds a newer chunk
+            # It holds an older one, which the PS has completed (a sender reuses a slot
+            # only then): stale, discarded.
+            s.seq_tag, s.count, s.bitmap, s.values = tag, 0, 0, [0] * LANES
         if s.bitmap & pkt.contributors:
-            return Verdict.DUPLICATE
+            if not pkt.flags & FLAG_RETRANSMIT:
+                return Verdict.DUPLICATE
+            # The sender waits for an acknowledgement only a sum at the PS can bring: the
+            # partial sum goes up in this packet (still a retransmission) and the slot is freed.
+            pkt.values = tuple(s.values)
+            pkt.contributors = s.bitmap
+            pkt.flags |= FLAG_AGGREGATED
+            s.count, s.bitmap, s.values = 0, 0, [0] * LANES
+            return Verdict.FLUSH
         s.count += 1
         s.bitmap |= pkt.contributors
         s.values = [_wrap32(a + b) for a, b in zip(s.values, pkt.values, strict=True)]
@@ -127,5 +140,6 @@ class UdpSwitch:
             pkt = AggPacket.decode(data)
             verdict = self.model.process(pkt)
             self.counts[verdict] += 1
-            if verdict in (Verdict.FORWARD, Verdict.EMIT) and self._rng.random() >= self.loss:
+            sends = verdict in (Verdict.FORWARD, Verdict.EMIT, Verdict.FLUSH)
+            if sends and self._rng.random() >= self.loss:
                 self.sock.sendto(pkt.encode(), self.next_hop)
