@@ -11,6 +11,7 @@
 #include "include/parser.p4"
 #include "include/forwarding.p4"
 #include "include/aggregation.p4"
+#include "include/priority.p4"
 #include "include/int.p4"
 #include "include/deparser.p4"
 
@@ -19,6 +20,7 @@ control IngressPipe(inout headers_t hdr, inout local_metadata_t local_metadata,
     Forwarding() forwarding;
     Aggregation() aggregation;
     IntIngress() int_ingress;
+    TrafficClass() traffic_class;
 
     apply {
         forwarding.apply(hdr, local_metadata, standard_metadata);
@@ -27,6 +29,7 @@ control IngressPipe(inout headers_t hdr, inout local_metadata_t local_metadata,
         if (hdr.agg.isValid()) {
             aggregation.apply(hdr, local_metadata, standard_metadata);
         }
+        traffic_class.apply(hdr, local_metadata, standard_metadata);
         int_ingress.apply(hdr, local_metadata, standard_metadata);
     }
 }

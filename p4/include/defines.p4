@@ -27,6 +27,9 @@ const bit<8>  AGG_FLAG_AGGREGATED = 0x01;
 const bit<8>  AGG_FLAG_RETRANSMIT = 0x02;
 const bit<8>  AGG_FLAG_ACK        = 0x04;
 
+/* Traffic classes (priority.p4) -------------------------------------------- */
+const bit<32> TRAFFIC_CLASS_ENTRIES = 512;
+
 /* INT-MD v2.1 over UDP, marked by DSCP (INT v2.1 §4.6) -------------------- */
 const bit<6>  INT_DSCP = 0x17;        // the spec's example value; int-collector's default
 const bit<4>  INT_VERSION = 2;

@@ -180,6 +180,9 @@ struct local_metadata_t {
     bit<1>  int_sink;
     bit<32> switch_id;
     bit<8>  agg_lanes_left;  // parser loop counter
+    // Traffic classes (priority.p4): the aggregation header's job, 0 without one.
+    bit<1>  is_agg;
+    bit<16> agg_job_id;
 }
 
 #endif

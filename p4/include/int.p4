@@ -202,7 +202,9 @@ control IntEgress(inout headers_t hdr, inout local_metadata_t local_metadata,
         }
         if (bitmap & 0x1000 != 0) {
             hdr.int_q_occupancy.setValid();
-            hdr.int_q_occupancy.q_id = 0;  // simple_switch runs one queue per port by default
+            // The packet's queue is its traffic class (priority.p4); bmv2 gives the
+            // occupancy of that queue.
+            hdr.int_q_occupancy.q_id = (bit<8>)standard_metadata.priority;
             hdr.int_q_occupancy.q_occupancy = (bit<24>)standard_metadata.enq_qdepth;
         }
         if (bitmap & 0x0800 != 0) {

@@ -70,6 +70,23 @@ REPORT_TABLE = "EgressPipe.int_report.report_collector"
 REPORT_SET_COLLECTOR = "EgressPipe.int_report.set_collector"
 REPORT_SET_COLLECTOR_PARAMS = ("src_mac", "dst_mac", "src_ip", "collector_ip", "collector_port")
 
+# Traffic classes (priority.p4): strict-priority egress queues.
+TC_TABLE = "IngressPipe.traffic_class.traffic_class"
+TC_MATCH_FIELDS = (
+    "is_agg",
+    "agg_job_id",
+    "dscp",
+    "ipv4_src",
+    "ipv4_dst",
+    "ip_proto",
+    "l4_src_port",
+    "l4_dst_port",
+)
+TC_SET_CLASS = "IngressPipe.traffic_class.set_class"
+TC_SET_CLASS_PARAMS = ("class",)
+TC_COUNTER = "IngressPipe.traffic_class.traffic_class_counter"
+TC_CLASSES = 8  # v1model's 3-bit priority; simple_switch needs --priority-queues 8
+
 # Packet I/O (ONOS's interpreter reads and writes these metadata).
 PACKET_IN = "packet_in"
 PACKET_IN_METADATA = ("ingress_port",)
@@ -83,6 +100,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     INT_SINK_TABLE: INT_SINK_MATCH_FIELDS,
     INT_SWITCH_TABLE: (),
     REPORT_TABLE: (),
+    TC_TABLE: TC_MATCH_FIELDS,
 }
 ACTIONS: dict[str, tuple[str, ...]] = {
     FWD_SET_EGRESS_PORT: FWD_SET_EGRESS_PORT_PARAMS,
@@ -93,6 +111,7 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     INT_SET_SINK: (),
     INT_SET_SWITCH: INT_SET_SWITCH_PARAMS,
     REPORT_SET_COLLECTOR: REPORT_SET_COLLECTOR_PARAMS,
+    TC_SET_CLASS: TC_SET_CLASS_PARAMS,
 }
 REGISTERS: tuple[str, ...] = (*AGG_REGISTERS, INT_TX_UTILIZATION_REGISTER)
 CONTROLLER_HEADERS: dict[str, tuple[str, ...]] = {
