@@ -96,8 +96,13 @@ class Bmv2:
     """One simple_switch whose port i is veth `<prefix>s<i>`; tests use `<prefix>h<i>`."""
 
     def __init__(
-        self, ports: list[int], prefix: str | None = None, links: dict[int, str] | None = None
+        self,
+        ports: list[int],
+        prefix: str | None = None,
+        links: dict[int, str] | None = None,
+        target_args: tuple[str, ...] = (),
     ) -> None:
+        self.target_args = target_args  # simple_switch's own options, e.g. --priority-queues
         self.prefix = prefix or f"ia{os.getpid() % 10000}"
         self.links = links or {}  # port -> an interface made by the caller (to another switch)
         self.ports = [p for p in ports if p not in self.links]
@@ -136,6 +141,8 @@ class Bmv2:
         for i, dev in self.links.items():
             args += ["-i", f"{i}@{dev}"]
         args.append(str(ROOT / p4names.BMV2_JSON_PATH))
+        if self.target_args:
+            args += ["--", *self.target_args]
         log = os.environ.get("INNET_AGG_BMV2_LOG")  # a file for simple_switch's packet log
         if log:
             args.insert(1, "--log-console")
