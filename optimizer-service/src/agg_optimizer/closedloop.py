@@ -257,6 +257,12 @@ def _scenario(
         elif kind == "hotspot-end":
             say(f"t={what.end_s:6.2f} s  congestion  ends on "
                 f"{name[what.link[0]]}->{name[what.link[1]]}")  # fmt: skip
+        elif kind == "priority":
+            t, job, cls = what
+            say(
+                f"t={t:6.2f} s  class      job {job}: "
+                + (f"priority class {cls}" if cls is not None else "class removed")
+            )
 
     fabric.listeners.append(show)
     r = http.post(f"{api}/placements", json={}, timeout=30)

@@ -293,6 +293,7 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         svc.start_probe()
         if loop:
             svc.start_loop()
+            svc.start_scheduler()
         yield
         svc.stop_loop()
 
@@ -512,6 +513,24 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         """Every placed job's priority class under `policy` (docs/scheduling.md): jobs on
         classes 1 .. classes-1 in the policy's order, background on 0."""
         return errors(lambda: svc.schedule(policy, classes))
+
+    @app.get(f"{v1}/schedule/status", tags=["scheduling"])
+    def schedule_status() -> dict[str, Any]:
+        """What the scheduler last pushed to the switches: the configured policy
+        (`AGG_OPTIMIZER_SCHEDULE_POLICY`, none: `status` "off"), every job's class the ONOS
+        app holds, and `status` ok / app-not-installed / onos-unavailable / onos-error."""
+        return svc.schedule_status()
+
+    @app.post(
+        f"{v1}/schedule/apply",
+        tags=["scheduling"],
+        dependencies=auth,
+        responses=_err(401, 415, 422, 503),
+    )
+    def apply_schedule() -> dict[str, Any]:
+        """Re-order now and push the classes that changed (the loop does so every
+        `schedule_period_s` and when a job reports a new stage)."""
+        return errors(lambda: svc.push_schedule("request"))
 
     @app.get(f"{v1}/topology", tags=["network"], responses=_err(503))
     def topology() -> dict[str, Any]:

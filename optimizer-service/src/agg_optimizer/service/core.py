@@ -21,6 +21,7 @@ from .onos import (
     OnosClient,
     OnosError,
     OnosUnavailable,
+    PriorityApi,
     intent_digest,
     job_of_key,
     resolve_host,
@@ -72,6 +73,19 @@ class View:
 
 
 @dataclass
+class ScheduleState:
+    """What the scheduler last pushed to the switches (docs/scheduling.md, "In the service")."""
+
+    pushed: dict[str, int] = field(default_factory=dict)  # job -> class the app holds
+    status: str = "off"  # off, ok, app-not-installed, onos-unavailable, onos-error
+    error: str | None = None
+    runs: int = 0
+    last_trigger: str | None = None
+    last_run_at: float | None = None
+    order: list[str] = field(default_factory=list)
+
+
+@dataclass
 class LoopState:
     last_links: frozenset[tuple[str, str]] | None = None
     last_util: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -94,6 +108,12 @@ class Service:
             capacity_gbps=settings.link_capacity_gbps,
         )
         self.aggregation = AggregationApi(self.onos)
+        self.priority = PriorityApi(self.onos)
+        self.sched = ScheduleState()
+        self._sched_lock = threading.Lock()
+        self._sched_wake = threading.Event()
+        self._sched_trigger = "periodic"
+        self._sched_thread: threading.Thread | None = None
         self.influx = TelemetryReader(
             settings.influx_url,
             settings.influx_token.get_secret_value(),
@@ -278,10 +298,15 @@ class Service:
                     self.onos.delete_intent(key)
                     self.store.drop_intent(key)
                 agg = self.aggregation.remove(job_id)
+                with self._sched_lock:
+                    if self.sched.pushed.pop(job_id, None) is not None:
+                        self.priority.remove(job_id)
             except OnosUnavailable as e:
                 raise Unavailable(
                     f"{e}; job {job_id!r} kept, delete it again when ONOS is back"
                 ) from None
+            except OnosError as e:
+                log.warning("class of %s not removed: %s", job_id, e)
             self.store.delete_job(job_id)
         return {"job_id": job_id, "intents_removed": len(keys), "aggregation": agg}
 
@@ -299,7 +324,12 @@ class Service:
             if done > total:
                 raise BadField("iterations_done", f"{done} exceeds iterations_total {total}")
             doc = {**doc, "progress": done / total}
+        before = self.store.progress().get(job_id, {})
         self.store.set_progress(job_id, doc)
+        if self.s.schedule_policy and (
+            before.get("stage") != doc.get("stage") or before.get("cojob") != doc.get("cojob")
+        ):
+            self.wake_scheduler("stage")  # a stage ended: the order changes now, not later
         return {"job_id": job_id, **self.store.progress()[job_id]}
 
     def schedule(self, policy: str, classes: int) -> dict[str, Any]:
@@ -339,6 +369,90 @@ class Service:
             "class_of": {j: c + 1 for j, c in s.classes.items()},
             "background_class": 0,
         }
+
+    def push_schedule(self, trigger: str = "request") -> dict[str, Any]:
+        """Order the placed jobs by the configured policy and write each job's class to the
+        switches through the ONOS app (only the classes that changed; the classes of jobs
+        no longer placed are removed). ONOS down: `Unavailable`, state kept for next time."""
+        policy = self.s.schedule_policy
+        if policy is None:
+            raise BadField(
+                "schedule_policy", "no policy configured (AGG_OPTIMIZER_SCHEDULE_POLICY)"
+            )
+        with self._sched_lock:
+            st = self.sched
+            st.runs += 1
+            st.last_trigger, st.last_run_at = trigger, time.time()
+            s = self.schedule(policy, self.s.schedule_classes)
+            st.order = s["order"]
+            want: dict[str, int] = s["class_of"]
+            written: dict[str, int] = {}
+            removed: list[str] = []
+            try:
+                for jid in sorted(want, key=s["order"].index):
+                    if st.pushed.get(jid) == want[jid]:
+                        continue
+                    if self.priority.apply(jid, want[jid]) == "app-not-installed":
+                        st.status, st.error = (
+                            "app-not-installed",
+                            ("the innet-agg app's priority resource is missing from ONOS"),
+                        )
+                        break
+                    st.pushed[jid] = written[jid] = want[jid]
+                else:
+                    for jid in sorted(set(st.pushed) - set(want)):
+                        self.priority.remove(jid)
+                        del st.pushed[jid]
+                        removed.append(jid)
+                    st.status, st.error = "ok", None
+            except OnosUnavailable as e:
+                st.status, st.error = "onos-unavailable", str(e)
+                self._count("schedule_errors")
+                raise Unavailable(f"{e}; classes pushed so far are kept") from None
+            except OnosError as e:
+                st.status, st.error = "onos-error", str(e)
+                self._count("schedule_errors")
+                raise Unavailable(f"ONOS rejected a class: {e}") from None
+            self._count("schedule_pushes")
+            return {**self.schedule_status(), "written": written, "removed": removed}
+
+    def schedule_status(self) -> dict[str, Any]:
+        st = self.sched
+        return {
+            "policy": self.s.schedule_policy,
+            "classes": self.s.schedule_classes,
+            "status": st.status if self.s.schedule_policy else "off",
+            "error": st.error,
+            "runs": st.runs,
+            "last_trigger": st.last_trigger,
+            "last_run_at": st.last_run_at,
+            "order": st.order,
+            "pushed": dict(st.pushed),
+        }
+
+    def wake_scheduler(self, trigger: str) -> None:
+        self._sched_trigger = trigger
+        self._sched_wake.set()
+
+    def start_scheduler(self) -> None:
+        if self.s.schedule_policy is None or self._sched_thread:
+            return
+        self._sched_thread = threading.Thread(target=self._sched_run, name="schedule", daemon=True)
+        self._sched_thread.start()
+
+    def _sched_run(self) -> None:
+        period = self.s.schedule_period_s or None
+        while not self._stop.is_set():
+            woke = self._sched_wake.wait(period)
+            self._sched_wake.clear()
+            if self._stop.is_set():
+                break
+            trigger = self._sched_trigger if woke else "periodic"
+            self._sched_trigger = "periodic"
+            try:
+                self.push_schedule(trigger)
+            except Exception as e:  # ONOS down: status says so, the next run retries
+                log.warning("classes not pushed: %s", e)
 
     # --- placements -----------------------------------------------------------------------
 
@@ -627,6 +741,8 @@ class Service:
         self.store.add_placement(jid, strat, status, reason, doc)
         self._count(f"placements_{status}")
         self._decision(jid, strat, jp, trigger)
+        if self.s.schedule_policy and jid not in self.sched.pushed:
+            self.wake_scheduler("placement")
         return {
             "job_id": jid,
             "strategy": strat,
@@ -843,9 +959,13 @@ class Service:
     def stop_loop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._sched_wake.set()
         if self._thread:
             self._thread.join(10)
             self._thread = None
+        if self._sched_thread:
+            self._sched_thread.join(10)
+            self._sched_thread = None
 
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")
 IP_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$|^[0-9A-Fa-f:]*:[0-9A-Fa-f:]*$")
 AGGREGATION_PATH = "/onos/innet-agg/aggregation"
+PRIORITY_PATH = "/onos/innet-agg/priority"
 
 
 class OnosUnavailable(RuntimeError):
@@ -292,6 +293,35 @@ class AggregationApi:
         if r.status_code == 404:
             return "app-not-installed"
         if r.status_code not in (200, 201, 204):
+            raise OnosError(r.status_code, _message(r))
+        return "applied"
+
+    def remove(self, job_id: str) -> str:
+        r = self.client._request("DELETE", self._url(job_id))
+        if r.status_code == 404:
+            return "app-not-installed-or-absent"
+        if r.status_code not in (200, 204):
+            raise OnosError(r.status_code, _message(r))
+        return "removed"
+
+
+class PriorityApi:
+    """The ONOS app's traffic-class resource (docs/onos-aggregation-api.md): one
+    strict-priority class per job on every switch running our pipeconf."""
+
+    def __init__(self, client: OnosClient) -> None:
+        self.client = client
+
+    def _url(self, job_id: str) -> str:
+        return f"{self.client.root}{PRIORITY_PATH}/{quote(job_id, safe='')}"
+
+    def apply(self, job_id: str, priority_class: int) -> str:
+        """Returns `applied`, or `app-not-installed` when ONOS has no such resource."""
+        body = {"job_id": job_id, "priority_class": priority_class}
+        r = self.client._request("POST", self._url(job_id), json=body)
+        if r.status_code == 404:
+            return "app-not-installed"
+        if r.status_code not in (200, 201):
             raise OnosError(r.status_code, _message(r))
         return "applied"
 

@@ -6,7 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -83,6 +83,29 @@ class Settings(BaseSettings):
         0.01, ge=0, description="Hysteresis: cost of each aggregator not in the current placement."
     )
     default_strategy: str = "agg"
+    schedule_policy: str | None = Field(
+        None,
+        description="Push every placed job's priority class to the switches under this "
+        "policy (docs/scheduling.md: fair, fifo, varys, sincronia, baraat, grouper, jpas); "
+        "none: classes are only computed on request (GET /api/v1/schedule).",
+    )
+    schedule_classes: int = Field(4, ge=2, le=8, description="Priority queues per port.")
+
+    @field_validator("schedule_policy")
+    @classmethod
+    def _known_policy(cls, v: str | None) -> str | None:
+        from ..scheduling import POLICIES
+
+        if v is not None and v not in POLICIES:
+            raise ValueError(f"unknown policy {v!r}; one of {', '.join(POLICIES)}")
+        return v
+
+    schedule_period_s: float = Field(
+        10.0,
+        ge=0,
+        description="Re-order and push classes this often (and when a job reports a new "
+        "stage); 0: only on a stage change or POST /api/v1/schedule/apply.",
+    )
 
 
 def _state_dir() -> Path:

@@ -177,7 +177,7 @@ class LiveFabric:
         self.observer = IntObserver(self.sim)
         self.cluster = Cluster(
             self.sim, self.observer, self._applied, slots=slots, pool_slots=pool_slots,
-            replace_every=1,
+            replace_every=1, scheduler=self._classes,
         )  # fmt: skip
         self.int_id = {d["id"]: int(d["annotations"]["intSwitchId"]) for d in devices["devices"]}
         self.port: dict[tuple[str, str], int] = {}
@@ -197,6 +197,8 @@ class LiveFabric:
         self.specs: dict[str, JobSpec] = {}
         self.started: set[str] = set()
         self.aggregation: dict[str, list[str]] = {}
+        self.classes: dict[str, int] = {}  # job -> traffic class, from the app's resource
+        self.class_log: list[tuple[float, str, int | None]] = []  # (t, job, class or None)
         self.changes: list[Change] = []
         self.hotspots: list[Hotspot] = []
         self.link_log: list[tuple[float, dict[tuple[str, str], tuple[float, float]]]] = []
@@ -250,7 +252,22 @@ class LiveFabric:
         with self.lock:
             return list(self.cluster.records)
 
+    def _classes(self, cluster: Cluster) -> dict[str, int]:
+        """The switches' strict priority: each running job's class as the service last
+        wrote it (0, with the background, until it does)."""
+        return {jid: self.classes.get(jid, 0) for jid in cluster.jobs}
+
     def _changed(self, kind: str, key: str, body: Any) -> None:
+        if kind == "priority":
+            with self.lock:
+                if body is None:
+                    self.classes.pop(key, None)
+                else:
+                    self.classes[key] = int(body["priority_class"])
+                self.cluster.reprioritise()  # flows in flight move at once, as queues do
+                self.class_log.append((self.now(), key, self.classes.get(key)))
+            self._emit("priority", self.class_log[-1])
+            return
         if kind != "aggregation":
             return
         with self.lock:

@@ -12,9 +12,12 @@ ACTIVE links, else FAILED; recomputed when links change); `GET`/`DELETE
 falls back to `Long.decode(key)`), 404 (GET) or 204 (DELETE) for an unknown numeric key,
 404 for an unregistered app; `GET /intents/application/{app}` 404 for an unregistered app;
 basic auth (401). The aggregation app's resource (`/onos/innet-agg/aggregation/{job}`) is
-served when `aggregation` is a dict, and answers 404 (app not installed) when it is None.
-`on_change(kind, key, body)` is called, outside the request lock, after every accepted
-change of intents ("intent", "withdraw") or aggregation ("aggregation").
+served when `aggregation` is a dict, and answers 404 (app not installed) when it is None;
+so is its traffic-class resource (`/onos/innet-agg/priority/{job}`, kept in `priority`),
+validated as the contract says (docs/onos-aggregation-api.md), as the app's JUnit tests
+check the app. `on_change(kind, key, body)` is called, outside the request lock, after
+every accepted change of intents ("intent", "withdraw"), aggregation ("aggregation") or a
+job's class ("priority"; body None when removed).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class OnosRest:
         self.requests: list[tuple[str, str]] = []
         # None: the ONOS app is not installed (its resource answers 404)
         self.aggregation: dict[str, Any] | None = {} if aggregation else None
+        self.priority: dict[str, dict[str, Any]] = {}  # job -> document in force
         # ONOS accepts an intent (201) before its store holds it; until then a lookup of the
         # key fails as for an unknown key. Lookups a new intent stays unknown for:
         self.unknown_lookups = 0
@@ -148,6 +152,8 @@ class OnosRest:
         if parts[:2] == ["onos", "innet-agg"]:
             if self.aggregation is None:
                 return 404, {"code": 404, "message": "HTTP 404 Not Found"}
+            if parts[2:3] == ["priority"] and len(parts) == 4:
+                return self._priority(method, parts[3], body)
             self.aggregation[parts[-1]] = body
             self._changes.append(("aggregation", parts[-1], body))
             return 200, {}
@@ -166,6 +172,41 @@ class OnosRest:
         if p[:1] == ["intents"]:
             return self._intents(method, p[1:], body)
         return 404, {"code": 404, "message": "HTTP 404 Not Found"}
+
+    def _priority(self, method: str, job: str, body: Any) -> tuple[int, Any]:
+        def bad(msg: str) -> tuple[int, Any]:
+            return 400, {"code": 400, "message": msg}
+
+        if method == "GET":
+            doc = self.priority.get(job)
+            if doc is None:
+                return 404, {"code": 404, "message": f"job {job}: no traffic class"}
+            return 200, doc
+        if method == "DELETE":
+            if self.priority.pop(job, None) is not None:
+                self._changes.append(("priority", job, None))
+            return 204, None
+        if not isinstance(body, dict):
+            return bad("body: not a JSON object")
+        if body.get("job_id") != job:
+            return bad(f"job_id: {body.get('job_id')!r} is not {job}")
+        cls = body.get("priority_class")
+        if isinstance(cls, bool) or not isinstance(cls, int) or not 0 <= cls <= 7:
+            return bad(f"priority_class: {cls!r} is not an integer in 0..7")
+        known = [d["id"] for d in self.devices.get("devices", [])]
+        switches = body.get("switches", known)
+        if not isinstance(switches, list):
+            return bad("switches: not a list")
+        for i, sw in enumerate(switches):
+            if sw not in known:
+                return bad(f"switches[{i}]: unknown device {sw!r}")
+            if sw in switches[:i]:
+                return bad(f"switches[{i}]: {sw} twice")
+        new = job not in self.priority
+        doc = {"job_id": job, "priority_class": cls, "switches": switches}
+        self.priority[job] = doc
+        self._changes.append(("priority", job, doc))
+        return (201 if new else 200), doc
 
     def _intents(self, method: str, p: list[str], body: Any) -> tuple[int, Any]:
         if method == "POST" and not p:
