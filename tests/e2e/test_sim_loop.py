@@ -27,6 +27,7 @@ def result(tmp_path_factory: pytest.TempPathFactory):
     cfg = LoopConfig(duration_s=20.0, out=Path(tmp_path_factory.mktemp("loop")))
     res = run(cfg, say=lines.append)
     res.lines = lines  # type: ignore[attr-defined]
+    res.log = (cfg.out / "run" / "service.log").read_text()  # type: ignore[attr-defined]
     return res
 
 
@@ -79,4 +80,5 @@ def test_iteration_time_recovers_after_the_move(result) -> None:
 def test_no_moves_back_and_forth(result) -> None:
     """Job a is placed once, then moved once per congestion (hysteresis: `min_improvement`)."""
     moves = [c for c in result.changes if c["job"] == "a" and c["kind"] == "aggregation"]
-    assert len(moves) <= 1 + len(result.hotspots), moves
+    why = [ln for ln in result.log.splitlines() if "moving job" in ln]
+    assert len(moves) <= 1 + len(result.hotspots), (moves, result.decisions, why)

@@ -74,6 +74,9 @@ class LoopResult:
     telemetry: list[dict[str, Any]]  # what the service's /telemetry showed, polled
     reactions: list[dict[str, Any]]
     reports_sent: int
+    # The service's placement decisions as it wrote them to InfluxDB: time (fabric clock),
+    # job, trigger (telemetry, topology, periodic, ...), aggregators, predicted CCT.
+    decisions: list[dict[str, Any]] = field(default_factory=list)
 
     def reaction_times(self) -> list[float]:
         return [r["reaction_s"] for r in self.reactions if r["reaction_s"] is not None]
@@ -342,6 +345,7 @@ def _scenario(
         poller.join(5)
     time.sleep(0.5)  # the collector's last points
     reactions = _reactions(fabric, influx, onsets, port_link, cfg)
+    decisions = _decisions(fabric, influx)
     for r in reactions:
         rt = r.reaction_s
         say(f"reaction  {r.link}: congestion at {r.onset_s:.2f} s, telemetry over the threshold "
@@ -363,6 +367,7 @@ def _scenario(
         telemetry=[{**x, "src": name[x["src"]], "dst": name[x["dst"]]} for x in telemetry],
         reactions=[{**asdict(r), "reaction_s": r.reaction_s} for r in reactions],
         reports_sent=fabric.reports_sent,
+        decisions=decisions,
     )
 
 
@@ -377,6 +382,27 @@ def _link_into_ps(fabric: LiveFabric, job: str) -> tuple[str, str]:
     if not path or len(path) < 4:
         raise RuntimeError(f"job {job}: no applied path to congest ({path})")
     return path[-3], path[-2]
+
+
+def _decisions(fabric: LiveFabric, influx: Any) -> list[dict[str, Any]]:
+    wall0 = time.time() - fabric.now()
+    q = influx.query_v1(
+        'SELECT "switches", "predicted_cct_s" FROM "telemetry"."autogen"."placement_decision" '
+        'GROUP BY "job", "trigger"'
+    )
+    out = []
+    for s in json.loads(q)["results"][0].get("series", []):
+        for ts, switches, cct in s["values"]:
+            out.append(
+                {
+                    "t": round(_epoch(ts) - wall0, 3),
+                    "job": s["tags"]["job"],
+                    "trigger": s["tags"]["trigger"],
+                    "aggregators": (switches or "").split(","),
+                    "predicted_cct_s": cct,
+                }
+            )
+    return sorted(out, key=lambda d: d["t"])
 
 
 def _reactions(
