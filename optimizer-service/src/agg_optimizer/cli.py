@@ -84,6 +84,34 @@ def solve_cmd(
     _write(placement.model_dump_json(indent=2), output)
 
 
+@app.command()
+def peers(
+    instance: Path,
+    job: Annotated[str, typer.Option(help="The job whose workers pick peers")],
+    policy: Annotated[str, typer.Option(help="netmax, adpsgd, allreduce, ps or prague")] = "netmax",
+    compute_s: Annotated[float, typer.Option(min=0.0, help="Compute per iteration (s)")] = 0.0,
+    kappa: Annotated[float, typer.Option(min=0.0, help="Consensus weight (docs/peers.md)")] = 1.0,
+    model_bytes: Annotated[int | None, typer.Option(min=1, help="Default: update_bytes")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+) -> None:
+    """Decentralized training: each worker's peer-selection probabilities for JOB of
+    INSTANCE.json (NetMax or a baseline), from its topology and telemetry."""
+    import json
+
+    from .peers import PeerError, pair_times, plan
+
+    inst = _load(instance)
+    spec = next((j for j in inst.jobs if j.id == job), None)
+    if spec is None:
+        raise UserError(f"--job: no job {job!r} in {instance}")
+    try:
+        t = pair_times(inst, spec.workers, model_bytes or spec.update_bytes)
+        p = plan(policy, spec.workers, t, compute_s, kappa)
+    except PeerError as e:
+        raise UserError(str(e)) from None
+    _write(json.dumps({"job_id": job, **p.as_json()}, indent=2), output)
+
+
 def solve_all(instance: Instance, seed: int = 0) -> dict[str, Placement]:
     """Every strategy of `engine.STRATEGIES` on `instance`, in one process."""
     from .engine import STRATEGIES, solve
@@ -477,6 +505,11 @@ def serve(
         )
     if settings.api_token_file is not None and not settings.api_token:
         print(f"agg-optimizer: API token in {settings.api_token_file}", file=sys.stderr)
+    import logging
+
+    # The service's own decisions (why a job moved) at INFO, beside uvicorn's access log.
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("agg_optimizer").setLevel(logging.INFO)
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
 
 

@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from ..engine import STRATEGIES
+from ..peers import POLICIES as PEER_POLICIES
 from ..scheduling import POLICIES
 from .core import BadField, Conflict, NotFound, Service, TooLarge, Unavailable
 from .settings import Settings, resolve_token
@@ -48,6 +49,7 @@ JOB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 HOST_REF = r"^[0-9A-Za-z:./_-]{1,64}$"
 Strategy = Literal[tuple(STRATEGIES)]  # type: ignore[valid-type]
 Policy = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
+PeerPolicy = Literal[PEER_POLICIES]  # type: ignore[valid-type]
 
 
 class JobIn(BaseModel):
@@ -513,6 +515,19 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         """Every placed job's priority class under `policy` (docs/scheduling.md): jobs on
         classes 1 .. classes-1 in the policy's order, background on 0."""
         return errors(lambda: svc.schedule(policy, classes))
+
+    @app.get(f"{v1}/jobs/{{job_id}}/peers", tags=["peers"], responses=_err(404, 422, 503))
+    def job_peers(
+        job_id: str,
+        policy: Annotated[PeerPolicy, Query(description="docs/peers.md")] = "netmax",  # type: ignore[valid-type]
+        compute_s: Annotated[float, Query(ge=0, le=3600, description="Compute, s")] = 0.0,
+        kappa: Annotated[float, Query(gt=0, le=1000, description="Consensus weight")] = 1.0,
+        model_bytes: Annotated[int | None, Query(ge=1, description="Default: update_bytes")] = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Decentralized training: each worker's probability of picking each peer per
+        iteration (NetMax, or a baseline: adpsgd, allreduce, ps, prague), from the job's
+        workers and the fabric's current telemetry; re-asked as the telemetry changes."""
+        return errors(lambda: svc.peers(job_id, policy, compute_s, kappa, model_bytes))
 
     @app.get(f"{v1}/schedule/status", tags=["scheduling"])
     def schedule_status() -> dict[str, Any]:

@@ -370,6 +370,32 @@ class Service:
             "background_class": 0,
         }
 
+    def peers(
+        self,
+        job_id: str,
+        policy: str,
+        compute_s: float = 0.0,
+        kappa: float = 1.0,
+        model_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """The job's workers' peer-selection probabilities under `policy` (NetMax and its
+        baselines, docs/peers.md) on the current topology and telemetry."""
+        from ..peers import PeerError, pair_times, plan
+
+        spec = self.store.job(job_id)
+        if spec is None:
+            raise NotFound(f"job {job_id!r}")
+        view = self.view(fresh=False)
+        inst = self._instance(view, [spec])
+        size = model_bytes or spec["update_bytes"]
+        try:
+            t = pair_times(inst, spec["workers"], size)
+            p = plan(policy, spec["workers"], t, compute_s, kappa)
+        except PeerError as e:
+            field_name, _, msg = str(e).partition(": ")
+            raise BadField(field_name, msg) from None
+        return {"job_id": job_id, **p.as_json(), "model_bytes": size, "telemetry": _tel_note(view)}
+
     def push_schedule(self, trigger: str = "request") -> dict[str, Any]:
         """Order the placed jobs by the configured policy and write each job's class to the
         switches through the ONOS app (only the classes that changed; the classes of jobs
@@ -936,7 +962,16 @@ class Service:
         before, after = cct(old), cct(new)
         if before is None or after is None:
             return True
-        return after < before * (1.0 - self.s.min_improvement)
+        move = after < before * (1.0 - self.s.min_improvement)
+        if move:
+            log.info(
+                "moving job %s: predicted CCT %.4f s -> %.4f s on this view's link state "
+                "(aggregators %s -> %s)",
+                job["id"], before, after,
+                [a["switch"] for a in old["aggregators"]],
+                [a["switch"] for a in new["aggregators"]],
+            )  # fmt: skip
+        return move
 
     def start_loop(self) -> None:
         if self.s.reoptimize_period_s <= 0 or self._thread:
