@@ -29,17 +29,16 @@ import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 
-import static org.innetagg.onos.pipeconf.P4InfoConstants.INGRESS_PIPE_AGGREGATION_AGG_JOB_SIZE;
+import static org.innetagg.onos.aggregation.JobNumberService.Holder.AGGREGATION;
 
 /**
  * Keeps each job's placement and its agg_job entries. State is in memory on the instance
  * that served the request (single-instance ONOS; a cluster would need a distributed store).
+ * Job numbers come from {@link JobNumberService}, shared with the traffic-class resource.
  */
 @Component(immediate = true, service = AggregationService.class)
 public class AggregationManager implements AggregationService {
     public static final String APP_NAME = "org.innetagg.app";
-    /** Job numbers the data plane can hold at once: one agg_job entry per job and switch. */
-    static final int JOB_NUMBERS = INGRESS_PIPE_AGGREGATION_AGG_JOB_SIZE;
 
     private final Logger log = LoggerFactory.getLogger(getClass());
 
@@ -53,6 +52,8 @@ public class AggregationManager implements AggregationService {
     protected HostService hostService;
     @Reference(cardinality = ReferenceCardinality.MANDATORY)
     protected FlowRuleService flowRuleService;
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected JobNumberService jobNumbers;
 
     protected ApplicationId appId;
     private final Map<String, AppliedPlacement> jobs = new ConcurrentHashMap<>();
@@ -65,9 +66,11 @@ public class AggregationManager implements AggregationService {
 
     @Deactivate
     protected void deactivate() {
-        // The entries of this app only: forwarding rules of intents belong to other apps.
+        // The entries of this app only (agg_job, traffic_class, INT): forwarding rules of
+        // intents belong to other apps.
         flowRuleService.removeFlowRulesById(appId);
         jobs.clear();
+        jobNumbers.releaseAll(AGGREGATION);
         log.info("Stopped");
     }
 
@@ -90,7 +93,8 @@ public class AggregationManager implements AggregationService {
             ports.add(nextHopPort(agg, placement.workerPaths).orElseThrow(() -> new InvalidPlacementException(
                     agg.field("next_hop"), "no link from '" + agg.switchId + "' towards '" + agg.nextHop + "'")));
         }
-        int number = previous != null ? previous.p4JobId : freeJobNumber();
+        // The job's number if it has one (from a previous placement or its traffic class).
+        int number = jobNumbers.acquire(placement.jobId, AGGREGATION);
         List<FlowRule> rules = new ArrayList<>();
         for (int i = 0; i < devices.size(); i++) {
             rules.add(AggregationTranslator.aggJobRule(appId, devices.get(i), number,
@@ -132,6 +136,7 @@ public class AggregationManager implements AggregationService {
         if (!applied.rules.isEmpty()) {
             flowRuleService.removeFlowRules(applied.rules.toArray(new FlowRule[0]));
         }
+        jobNumbers.release(jobId, AGGREGATION);
         return true;
     }
 
@@ -148,17 +153,6 @@ public class AggregationManager implements AggregationService {
                 }
             }
         }
-    }
-
-    private int freeJobNumber() throws InvalidPlacementException {
-        Set<Integer> used = new HashSet<>();
-        jobs.values().forEach(a -> used.add(a.p4JobId));
-        for (int n = 0; n < JOB_NUMBERS; n++) {
-            if (!used.contains(n)) {
-                return n;
-            }
-        }
-        throw new InvalidPlacementException(503, "job", "all " + JOB_NUMBERS + " job numbers are in use");
     }
 
     /**

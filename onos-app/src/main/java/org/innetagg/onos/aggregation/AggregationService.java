@@ -14,6 +14,9 @@ public interface AggregationService {
     /** The placements in force, sorted by job id (read-only; for views such as the GUI overlay). */
     List<AppliedPlacement> placements();
 
-    /** Deletes the job's entries and frees its number; false when there was no such job. */
+    /**
+     * Deletes the job's entries and lets go of its number (freed unless the job's traffic
+     * class still holds it); false when there was no such job.
+     */
     boolean remove(String jobId);
 }

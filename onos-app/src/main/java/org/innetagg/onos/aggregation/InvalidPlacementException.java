@@ -1,8 +1,9 @@
 package org.innetagg.onos.aggregation;
 
 /**
- * A placement document the app cannot apply. The message is {@code "<field>: <reason>"};
- * the status is the HTTP answer (400 for the document, 503 for a device that does not answer).
+ * A document the app cannot apply (an aggregation placement or a traffic class). The message
+ * is {@code "<field>: <reason>"}; the status is the HTTP answer (400 for the document, 503 for
+ * a device that does not answer or no free job number).
  */
 public class InvalidPlacementException extends Exception {
     private static final long serialVersionUID = 1L;

@@ -43,7 +43,7 @@ public class AggregationWebResource extends AbstractWebResource {
         try {
             doc = mapper().readTree(body);
         } catch (IOException e) {
-            return error(400, "body: not JSON (" + e.getMessage().lines().findFirst().orElse("") + ")");
+            return WebErrors.notJson(mapper(), e);
         }
         try {
             AppliedPlacement applied = get(AggregationService.class).apply(JobPlacement.decode(job, doc));
@@ -82,9 +82,6 @@ public class AggregationWebResource extends AbstractWebResource {
     }
 
     private Response error(int status, String message) {
-        return Response.status(status)
-                .type(MediaType.APPLICATION_JSON)
-                .entity(mapper().createObjectNode().put("code", status).put("message", message))
-                .build();
+        return WebErrors.error(mapper(), status, message);
     }
 }

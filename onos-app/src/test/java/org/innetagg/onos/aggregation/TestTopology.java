@@ -1,7 +1,9 @@
 package org.innetagg.onos.aggregation;
 
 import org.innetagg.onos.TestElements;
+import org.innetagg.onos.pipeconf.PipeconfLoader;
 import org.onosproject.core.ApplicationId;
+import org.onosproject.core.CoreService;
 import org.onosproject.core.CoreServiceAdapter;
 import org.onosproject.core.DefaultApplicationId;
 import org.onosproject.net.Device;
@@ -9,16 +11,24 @@ import org.onosproject.net.DeviceId;
 import org.onosproject.net.Host;
 import org.onosproject.net.HostId;
 import org.onosproject.net.Link;
+import org.onosproject.net.device.DeviceService;
 import org.onosproject.net.device.DeviceServiceAdapter;
+import org.onosproject.net.flow.FlowId;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleServiceAdapter;
+import org.onosproject.net.flow.TableId;
 import org.onosproject.net.host.HostServiceAdapter;
 import org.onosproject.net.link.LinkServiceAdapter;
+import org.onosproject.net.pi.PiPipeconfServiceAdapter;
+import org.onosproject.net.pi.model.PiPipeconfId;
+import org.onosproject.net.pi.service.PiPipeconfService;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
 import java.util.stream.Collectors;
 
@@ -27,7 +37,8 @@ import static org.innetagg.onos.TestElements.link;
 
 /**
  * leaf1 -- spine1 -- leaf2, host 01 on leaf1 port 1, host 04 on leaf2 port 1 (the device
- * and host ids of src/test/resources/placements/*.json); leaf3 exists but is down.
+ * and host ids of src/test/resources/placements/*.json); leaf3 exists but is down. These four
+ * run our pipeconf; ovs1 is up but runs another pipeline (no pipeconf of ours).
  */
 public final class TestTopology {
     /** A manager on this topology whose flow rules go nowhere (for the REST tests). */
@@ -35,16 +46,19 @@ public final class TestTopology {
         return manager(new RecordingFlowRules());
     }
 
-    static final ApplicationId APP = new DefaultApplicationId(7, AggregationManager.APP_NAME);
-    static final DeviceId LEAF1 = DeviceId.deviceId("device:leaf1");
-    static final DeviceId LEAF2 = DeviceId.deviceId("device:leaf2");
-    static final DeviceId LEAF3 = DeviceId.deviceId("device:leaf3");
-    static final DeviceId SPINE1 = DeviceId.deviceId("device:spine1");
+    public static final ApplicationId APP = new DefaultApplicationId(7, AggregationManager.APP_NAME);
+    public static final DeviceId LEAF1 = DeviceId.deviceId("device:leaf1");
+    public static final DeviceId LEAF2 = DeviceId.deviceId("device:leaf2");
+    public static final DeviceId LEAF3 = DeviceId.deviceId("device:leaf3");
+    public static final DeviceId SPINE1 = DeviceId.deviceId("device:spine1");
+    /** Up, but not running the innet-agg pipeconf. */
+    public static final DeviceId OVS1 = DeviceId.deviceId("device:ovs1");
     static final HostId H1 = HostId.hostId("00:00:00:00:00:01/None");
     static final HostId H4 = HostId.hostId("00:00:00:00:00:04/None");
 
-    static final Map<DeviceId, Device> DEVICES = List.of(LEAF1, LEAF2, LEAF3, SPINE1).stream()
+    static final Map<DeviceId, Device> DEVICES = List.of(LEAF1, LEAF2, LEAF3, SPINE1, OVS1).stream()
             .collect(Collectors.toMap(d -> d, TestElements::device));
+    static final Set<DeviceId> OUR_PIPECONF = Set.of(LEAF1, LEAF2, LEAF3, SPINE1);
     static final List<Link> LINKS = List.of(
             link(LEAF1, 2, SPINE1, 1), link(SPINE1, 1, LEAF1, 2),
             link(SPINE1, 2, LEAF2, 3), link(LEAF2, 3, SPINE1, 2));
@@ -55,24 +69,14 @@ public final class TestTopology {
 
     /** A manager wired to this topology and to a recording flow rule service. */
     static AggregationManager manager(RecordingFlowRules rules) {
-        AggregationManager m = new AggregationManager();
-        m.coreService = new CoreServiceAdapter() {
-            @Override
-            public ApplicationId registerApplication(String name) {
-                return APP;
-            }
-        };
-        m.deviceService = new DeviceServiceAdapter() {
-            @Override
-            public Device getDevice(DeviceId id) {
-                return DEVICES.get(id);
-            }
+        return manager(rules, new JobNumberRegistry());
+    }
 
-            @Override
-            public boolean isAvailable(DeviceId id) {
-                return DEVICES.containsKey(id) && !id.equals(LEAF3);
-            }
-        };
+    /** The same, taking job numbers from {@code numbers} (shared with a traffic-class manager). */
+    public static AggregationManager manager(RecordingFlowRules rules, JobNumberService numbers) {
+        AggregationManager m = new AggregationManager();
+        m.coreService = coreService();
+        m.deviceService = deviceService();
         m.linkService = new LinkServiceAdapter() {
             @Override
             public Set<Link> getDeviceEgressLinks(DeviceId id) {
@@ -86,29 +90,93 @@ public final class TestTopology {
             }
         };
         m.flowRuleService = rules;
+        m.jobNumbers = numbers;
         m.activate();
         return m;
     }
 
-    /** Records what the manager applies and removes. */
-    static final class RecordingFlowRules extends FlowRuleServiceAdapter {
-        final List<FlowRule> applied = new ArrayList<>();
-        final List<FlowRule> removed = new ArrayList<>();
-        final List<ApplicationId> removedByApp = new ArrayList<>();
+    /** Stops the manager as OSGi would (for tests outside this package). */
+    public static void deactivate(AggregationManager m) {
+        m.deactivate();
+    }
+
+    /** Registers the app as {@link #APP}. */
+    public static CoreService coreService() {
+        return new CoreServiceAdapter() {
+            @Override
+            public ApplicationId registerApplication(String name) {
+                return APP;
+            }
+        };
+    }
+
+    /** The devices of this topology; all but leaf3 are available. */
+    public static DeviceService deviceService() {
+        return new DeviceServiceAdapter() {
+            @Override
+            public Device getDevice(DeviceId id) {
+                return DEVICES.get(id);
+            }
+
+            @Override
+            public boolean isAvailable(DeviceId id) {
+                return DEVICES.containsKey(id) && !id.equals(LEAF3);
+            }
+
+            @Override
+            public Iterable<Device> getAvailableDevices() {
+                return DEVICES.values().stream().filter(d -> isAvailable(d.id())).collect(Collectors.toList());
+            }
+        };
+    }
+
+    /** ONOS's device -> pipeconf binding: ours on every device but ovs1. */
+    public static PiPipeconfService pipeconfService() {
+        return new PiPipeconfServiceAdapter() {
+            @Override
+            public Optional<PiPipeconfId> ofDevice(DeviceId id) {
+                return OUR_PIPECONF.contains(id) ? Optional.of(PipeconfLoader.PIPECONF_ID)
+                        : Optional.empty();
+            }
+        };
+    }
+
+    /**
+     * Records what the manager applies and removes, and keeps what would be on the switches:
+     * like ONOS, a rule with the flow id of an installed one replaces it.
+     */
+    public static final class RecordingFlowRules extends FlowRuleServiceAdapter {
+        public final List<FlowRule> applied = new ArrayList<>();
+        public final List<FlowRule> removed = new ArrayList<>();
+        public final List<ApplicationId> removedByApp = new ArrayList<>();
+        private final Map<FlowId, FlowRule> installed = new LinkedHashMap<>();
 
         @Override
         public void applyFlowRules(FlowRule... flowRules) {
             applied.addAll(Arrays.asList(flowRules));
+            Arrays.stream(flowRules).forEach(r -> installed.put(r.id(), r));
         }
 
         @Override
         public void removeFlowRules(FlowRule... flowRules) {
             removed.addAll(Arrays.asList(flowRules));
+            Arrays.stream(flowRules).forEach(r -> installed.remove(r.id()));
         }
 
         @Override
         public void removeFlowRulesById(ApplicationId id) {
             removedByApp.add(id);
+            installed.values().removeIf(r -> r.appId() == id.id());
+        }
+
+        /** The rules on the switches now, in the order first applied. */
+        public List<FlowRule> installed() {
+            return List.copyOf(installed.values());
+        }
+
+        /** The rules on the switches now in one table. */
+        public List<FlowRule> installed(TableId table) {
+            return installed.values().stream().filter(r -> r.table().equals(table)).collect(Collectors.toList());
         }
     }
 }

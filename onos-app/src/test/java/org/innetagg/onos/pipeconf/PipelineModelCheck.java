@@ -18,6 +18,8 @@ import org.onosproject.net.pi.runtime.PiFieldMatch;
 import org.onosproject.net.pi.runtime.PiTernaryFieldMatch;
 import org.onlab.util.ImmutableByteSequence;
 
+import java.math.BigInteger;
+
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
@@ -27,13 +29,14 @@ import static org.junit.Assert.fail;
  * lives in ONOS's core, which is not published for 2.7): the table exists, every field match is
  * one of its match fields with the right match type and fits its width, the action is one of
  * the table's with every parameter present and fitting, and a keyless table gets an empty
- * selector (its default action).
+ * selector (its default action). What P4Runtime asks of a ternary entry too: no value bit
+ * outside the mask, and a priority above 0.
  */
-final class PipelineModelCheck {
+public final class PipelineModelCheck {
     private PipelineModelCheck() {
     }
 
-    static PiAction assertFits(FlowRule rule, PiPipelineModel model) {
+    public static PiAction assertFits(FlowRule rule, PiPipelineModel model) {
         PiTableModel table = model.table((PiTableId) rule.table())
                 .orElseThrow(() -> new AssertionError("no table " + rule.table()));
         if (table.matchFields().isEmpty()) {
@@ -50,8 +53,12 @@ final class PipelineModelCheck {
                 if (m instanceof PiExactFieldMatch) {
                     assertFitsWidth(m.fieldId().toString(), ((PiExactFieldMatch) m).value(), field.bitWidth());
                 } else if (m instanceof PiTernaryFieldMatch) {
-                    assertFitsWidth(m.fieldId().toString(), ((PiTernaryFieldMatch) m).value(), field.bitWidth());
-                    assertFitsWidth(m.fieldId() + " mask", ((PiTernaryFieldMatch) m).mask(), field.bitWidth());
+                    PiTernaryFieldMatch t = (PiTernaryFieldMatch) m;
+                    assertFitsWidth(m.fieldId().toString(), t.value(), field.bitWidth());
+                    assertFitsWidth(m.fieldId() + " mask", t.mask(), field.bitWidth());
+                    assertEquals(m.fieldId() + ": value bits outside the mask", 0, new BigInteger(1, t.value().asArray())
+                            .andNot(new BigInteger(1, t.mask().asArray())).signum());
+                    assertTrue(table.id() + ": a ternary entry needs a priority above 0", rule.priority() > 0);
                 } else {
                     fail("unexpected match kind " + m);
                 }
@@ -80,7 +87,7 @@ final class PipelineModelCheck {
     }
 
     /** An action parameter as an unsigned number. */
-    static long param(PiAction action, org.onosproject.net.pi.model.PiActionParamId id) {
+    public static long param(PiAction action, org.onosproject.net.pi.model.PiActionParamId id) {
         byte[] b = action.parameters().stream().filter(p -> p.id().equals(id)).findFirst()
                 .orElseThrow(() -> new AssertionError("no " + id)).value().asArray();
         long v = 0;
