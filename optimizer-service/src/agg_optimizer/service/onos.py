@@ -271,25 +271,21 @@ class OnosClient:
         return {i["key"]: i.get("state", "") for i in r.json().get("intents", [])}
 
 
-class AggregationApi:
-    """The ONOS app's aggregation resource (docs/onos-aggregation-api.md)."""
+class _JobResource:
+    """A per-job resource of the ONOS app (docs/onos-aggregation-api.md): POST a document,
+    DELETE it; ONOS answers 404 for every path of an app that is not installed."""
+
+    path = ""
 
     def __init__(self, client: OnosClient) -> None:
         self.client = client
 
     def _url(self, job_id: str) -> str:
-        return f"{self.client.root}{AGGREGATION_PATH}/{quote(job_id, safe='')}"
+        return f"{self.client.root}{self.path}/{quote(job_id, safe='')}"
 
-    def apply(self, job: JobPlacement, strategy: str) -> str:
+    def _post(self, job_id: str, body: dict[str, Any]) -> str:
         """Returns `applied`, or `app-not-installed` when ONOS has no such resource."""
-        doc = Placement(
-            strategy=strategy,
-            jobs=[job],
-            objective_s=job.surrogate_s,
-            mean_predicted_cct_s=job.predicted_cct_s,
-            stats={"path": "heuristic"},
-        )
-        r = self.client._request("POST", self._url(job.job_id), json=doc.model_dump(mode="json"))
+        r = self.client._request("POST", self._url(job_id), json=body)
         if r.status_code == 404:
             return "app-not-installed"
         if r.status_code not in (200, 201, 204):
@@ -305,33 +301,30 @@ class AggregationApi:
         return "removed"
 
 
-class PriorityApi:
-    """The ONOS app's traffic-class resource (docs/onos-aggregation-api.md): one
-    strict-priority class per job on every switch running our pipeconf."""
+class AggregationApi(_JobResource):
+    """The ONOS app's aggregation resource: a job's aggregators on its switches."""
 
-    def __init__(self, client: OnosClient) -> None:
-        self.client = client
+    path = AGGREGATION_PATH
 
-    def _url(self, job_id: str) -> str:
-        return f"{self.client.root}{PRIORITY_PATH}/{quote(job_id, safe='')}"
+    def apply(self, job: JobPlacement, strategy: str) -> str:
+        doc = Placement(
+            strategy=strategy,
+            jobs=[job],
+            objective_s=job.surrogate_s,
+            mean_predicted_cct_s=job.predicted_cct_s,
+            stats={"path": "heuristic"},
+        )
+        return self._post(job.job_id, doc.model_dump(mode="json"))
+
+
+class PriorityApi(_JobResource):
+    """The ONOS app's traffic-class resource: one strict-priority class per job on every
+    switch running our pipeconf."""
+
+    path = PRIORITY_PATH
 
     def apply(self, job_id: str, priority_class: int) -> str:
-        """Returns `applied`, or `app-not-installed` when ONOS has no such resource."""
-        body = {"job_id": job_id, "priority_class": priority_class}
-        r = self.client._request("POST", self._url(job_id), json=body)
-        if r.status_code == 404:
-            return "app-not-installed"
-        if r.status_code not in (200, 201):
-            raise OnosError(r.status_code, _message(r))
-        return "applied"
-
-    def remove(self, job_id: str) -> str:
-        r = self.client._request("DELETE", self._url(job_id))
-        if r.status_code == 404:
-            return "app-not-installed-or-absent"
-        if r.status_code not in (200, 204):
-            raise OnosError(r.status_code, _message(r))
-        return "removed"
+        return self._post(job_id, {"job_id": job_id, "priority_class": priority_class})
 
 
 def _app_unknown(r: requests.Response) -> bool:
