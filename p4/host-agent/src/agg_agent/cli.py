@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Annotated
 
 import numpy as np
@@ -109,6 +111,40 @@ def parameter_server(
 
 def _asdict(s: object) -> dict[str, object]:
     return {k: getattr(s, k) for k in s.__slots__}  # type: ignore[attr-defined]
+
+
+@app.command()
+def gossip(
+    me: Annotated[int, typer.Option(min=0, help="This worker's index in --peers.")],
+    peers: Annotated[str, typer.Option(help="host:port of every worker, in order, commas.")],
+    probabilities: Annotated[
+        str, typer.Option(help="Peer plan: file or URL (GET /api/v1/jobs/{id}/peers).")
+    ],
+    duration_s: Annotated[float, typer.Option(min=0.1)] = 30.0,
+    features: Annotated[int, typer.Option(min=1)] = 2000,
+    data_seed: Annotated[int, typer.Option(min=0)] = 0,
+    lr: Annotated[float, typer.Option(min=0.0)] = 0.2,
+    compute_s: Annotated[float, typer.Option(min=0.0, help="Floor of a local step.")] = 0.0,
+    log: Annotated[Path | None, typer.Option(help="JSON lines: time, loss on all shards.")] = None,
+) -> None:
+    """Decentralized training: asynchronous gossip SGD with one peer per iteration drawn
+    from the plan's probabilities (docs/peers.md)."""
+    from agg_agent.gossip import GossipWorker, Problem, load_probabilities
+
+    addrs = [_address(a, "peers") for a in peers.split(",")]
+    if me >= len(addrs):
+        raise typer.BadParameter(f"me: {me} is not an index of the {len(addrs)} peers")
+    try:
+        p = load_probabilities(probabilities, me, [f"{h}:{pt}" for h, pt in addrs])
+    except (OSError, ValueError, KeyError) as e:
+        raise typer.BadParameter(f"probabilities: {e}") from None
+    w = GossipWorker(me, addrs, Problem(len(addrs), features, seed=data_seed), p, lr, compute_s)
+    try:
+        w.wait_for_peers()
+        w.run(duration_s, log)
+        time.sleep(1.0)  # serve the peers still running
+    finally:
+        w.close()
 
 
 def main() -> None:
