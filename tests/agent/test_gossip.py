@@ -70,7 +70,7 @@ def test_gossip_processes_converge_to_the_optimum(tmp_path: Path) -> None:
         assert p.returncode == 0, err
     problem = Problem(n, features)
     opt = problem.optimum()
-    start = problem.loss(np.zeros(features), *problem.all())
+    start = problem.loss(np.zeros(features), *problem.eval_set())
     for i in range(n):
         points = [json.loads(ln) for ln in (tmp_path / f"{i}.log").read_text().splitlines()]
         assert len(points) > 10

@@ -121,9 +121,9 @@ def gossip(
         str, typer.Option(help="Peer plan: file or URL (GET /api/v1/jobs/{id}/peers).")
     ],
     duration_s: Annotated[float, typer.Option(min=0.1)] = 30.0,
-    features: Annotated[int, typer.Option(min=1)] = 2000,
+    features: Annotated[int, typer.Option(min=1)] = 200,
     data_seed: Annotated[int, typer.Option(min=0)] = 0,
-    lr: Annotated[float, typer.Option(min=0.0)] = 0.2,
+    lr: Annotated[float, typer.Option(min=0.0)] = 5.0,
     compute_s: Annotated[float, typer.Option(min=0.0, help="Floor of a local step.")] = 0.0,
     log: Annotated[Path | None, typer.Option(help="JSON lines: time, loss on all shards.")] = None,
 ) -> None:

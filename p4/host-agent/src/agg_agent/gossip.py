@@ -11,7 +11,8 @@ shards. One iteration of worker i:
 2. pick peer m with probability p_im; send its model to m over TCP; m answers with its
    own model and keeps the average; i keeps the average too (the two are not atomic: an
    exchange that m serves meanwhile is averaged in as well);
-3. every `eval_every` iterations, the loss of its model on all shards goes to its log.
+3. every `eval_every` iterations, the loss of its model on every shard's first 50 samples
+   (`Problem.eval_set`) goes to its log.
 
 Each worker serves its peers' exchanges from a thread, so it answers while it computes.
 Frames: 4-byte magic, 4-byte length, then float64 values, big-endian.
@@ -36,18 +37,29 @@ MAGIC = b"GSP1"
 @dataclass(frozen=True)
 class Problem:
     workers: int
-    features: int = 2000
+    features: int = 200
     samples: int = 200
     seed: int = 0
-    l2: float = 1e-2
+    l2: float = 1e-3
 
     def shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Worker i's samples: features N(0, 1) shifted per worker, scaled by
+        1/sqrt(features) so that one learning rate suits every model size."""
         rng = np.random.default_rng([self.seed, 7])
-        w_true = rng.normal(size=self.features) / np.sqrt(self.features)
+        w_true = rng.normal(size=self.features)
         r = np.random.default_rng([self.seed, 11, i])
         x = r.normal(size=(self.samples, self.features)) + r.normal(scale=0.5, size=self.features)
-        p = 1.0 / (1.0 + np.exp(-3.0 * (x @ w_true)))
+        x /= np.sqrt(self.features)
+        p = 1.0 / (1.0 + np.exp(-2.0 * (x @ w_true)))
         return x, (r.random(self.samples) < p).astype(float)
+
+    def eval_set(self, per_shard: int = 50) -> tuple[np.ndarray, np.ndarray]:
+        """The first `per_shard` samples of every shard: the loss every worker reports."""
+        parts = [self.shard(i) for i in range(self.workers)]
+        return (
+            np.vstack([p[0][:per_shard] for p in parts]),
+            np.concatenate([p[1][:per_shard] for p in parts]),
+        )
 
     def all(self) -> tuple[np.ndarray, np.ndarray]:
         parts = [self.shard(i) for i in range(self.workers)]
@@ -60,12 +72,13 @@ class Problem:
     def grad(self, w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return x.T @ (1.0 / (1.0 + np.exp(-(x @ w))) - y) / len(y) + self.l2 * w
 
-    def optimum(self, steps: int = 500, lr: float = 0.5) -> float:
+    def optimum(self, steps: int = 2000, lr: float = 5.0) -> float:
+        """The loss, on `eval_set`, of the model trained by gradient descent on all data."""
         x, y = self.all()
         w = np.zeros(self.features)
         for _ in range(steps):
             w -= lr * self.grad(w, x, y)
-        return self.loss(w, x, y)
+        return self.loss(w, *self.eval_set())
 
 
 def _send(sock: socket.socket, v: np.ndarray) -> None:
@@ -114,16 +127,16 @@ class GossipWorker:
         peers: list[tuple[str, int]],
         problem: Problem,
         probabilities: np.ndarray,
-        lr: float = 0.2,
+        lr: float = 5.0,
         compute_s: float = 0.0,
-        eval_every: int = 5,
+        eval_every: int = 10,
         seed: int = 0,
     ) -> None:
         self.me, self.peers, self.problem = me, peers, problem
         self.p = probabilities
         self.lr, self.compute_s, self.eval_every = lr, compute_s, eval_every
         self.x, self.y = problem.shard(me)
-        self.xa, self.ya = problem.all()
+        self.xa, self.ya = problem.eval_set()
         self.w = np.zeros(problem.features)
         self.lock = threading.Lock()
         self.rng = np.random.default_rng([seed, me])
