@@ -1,7 +1,8 @@
 """NetMax against uniform peers (AD-PSGD) with real processes over real, rate-limited links
 (docs/peers.md, "Measured with real processes").
 
-Eight `agg-agent gossip` workers, each in its own network namespace on one Linux bridge;
+Eight `agg-agent gossip` workers, each in its own network namespace on one Linux bridge
+(or, for the synchronous baseline, ring all-reduce between the same processes);
 each worker's egress is shaped per destination by `tc` (htb, one class per peer), so the
 pair speeds are heterogeneous: two racks of four, `--fast` Mbit/s inside a rack and
 `--slow` across. The peer plans come from `agg_agent`'s optimizer (`peers.plan`) on the
@@ -84,14 +85,15 @@ def teardown(br: str) -> None:
     subprocess.run(["ip", "link", "del", br], capture_output=True)
 
 
-def episode(plan_file: Path, features: int, duration: float, seed: int, out: Path) -> None:
+def episode(plan_file: Path | None, features: int, duration: float, seed: int, out: Path) -> None:
     addrs = ",".join(f"{ip(i)}:{PORT}" for i in range(N))
     cmd = [sys.executable, "-c", "from agg_agent.cli import main; main()", "gossip"]
+    how = ["--mode", "allreduce"] if plan_file is None else ["--probabilities", str(plan_file)]
     procs = []
     for i in range(N):
         procs.append(subprocess.Popen(
             ["ip", "netns", "exec", ns(i), *cmd, "--me", str(i), "--peers", addrs,
-             "--probabilities", str(plan_file), "--duration-s", str(duration),
+             *how, "--duration-s", str(duration),
              "--features", str(features), "--data-seed", str(seed),
              "--log", str(out / f"w{i}.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -126,6 +128,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--kappas", default="1,0.1")
+    ap.add_argument("--policies", default="", help="only these (comma-separated names)")
     args = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which("tc"):
         sys.exit("needs root and tc (network namespaces, per-destination rate limits)")
@@ -133,9 +136,12 @@ def main() -> None:
     t = np.array([[bits / (rate(i, m, args.fast, args.slow) * 1e6) if i != m else np.inf
                    for m in range(N)] for i in range(N)])  # fmt: skip
     names = [f"w{i}" for i in range(N)]
-    policies = {"adpsgd": peers.plan("adpsgd", names, t)}
+    policies = {"adpsgd": peers.plan("adpsgd", names, t), "allreduce": None}
     for k in (float(x) for x in args.kappas.split(",")):
         policies[f"netmax (kappa {k:g})"] = peers.plan("netmax", names, t, kappa=k)
+    if args.policies:
+        keep = args.policies.split(",")
+        policies = {k: v for k, v in policies.items() if k.split()[0] in keep or k in keep}
     work = Path(tempfile.mkdtemp(prefix="netmax-netns-"))
     br = setup(args.fast, args.slow)
     results: dict[str, list[float]] = {k: [] for k in policies}
@@ -148,15 +154,17 @@ def main() -> None:
             for name, plan in policies.items():
                 out = work / f"{name.split()[0]}-{name[-4:]}-{seed}"
                 out.mkdir()
-                plan_file = out / "plan.json"
-                plan_file.write_text(json.dumps(plan.as_json()))
+                plan_file = None
+                if plan is not None:
+                    plan_file = out / "plan.json"
+                    plan_file.write_text(json.dumps(plan.as_json()))
                 episode(plan_file, args.features, args.duration, seed, out)
                 tt = time_to_target(out, target)
                 results[name].append(tt)
                 print(f"seed {seed} {name}: {tt:.1f} s", file=sys.stderr)
     finally:
         teardown(br)
-    base = np.array(results["adpsgd"])
+    base = np.array(results.get("adpsgd") or [math.nan] * args.seeds)
     print(f"{args.fast:g} Mbit/s in a rack, {args.slow:g} across; {args.features} features "
           f"({8 * args.features / 1e3:.1f} kB models); {args.seeds} seeds; "
           f"logs in {work}")  # fmt: skip

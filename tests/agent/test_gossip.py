@@ -83,3 +83,31 @@ def test_a_plan_row_that_is_not_a_distribution_is_refused(tmp_path: Path) -> Non
     _plan(tmp_path / "bad.json", ["a", "b"], [[0.5, 0.5], [1.0, 0.0]])
     with pytest.raises(ValueError, match="probabilities: row of a"):
         load_probabilities(str(tmp_path / "bad.json"), 0, ["x:1", "y:2"])
+
+
+def test_allreduce_processes_keep_one_model_and_reach_the_optimum(tmp_path: Path) -> None:
+    n, features = 4, 200
+    peers = ",".join(f"127.0.0.1:{p}" for p in _ports(n))
+    cmd = [sys.executable, "-c", "from agg_agent.cli import main; main()", "gossip"]
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--mode", "allreduce", "--me", str(i), "--peers", peers,
+             "--duration-s", "4", "--log", str(tmp_path / f"{i}.log")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(n)
+    ]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    logs = [
+        [json.loads(ln) for ln in (tmp_path / f"{i}.log").read_text().splitlines()]
+        for i in range(n)
+    ]
+    # synchronous: the same rounds, the same model, so the same losses on every worker
+    assert len({len(lg) for lg in logs}) == 1 and len(logs[0]) > 5
+    for a, b in zip(logs[0], logs[1], strict=True):
+        assert a["it"] == b["it"] and a["loss"] == pytest.approx(b["loss"], rel=1e-9)
+    problem = Problem(n, features)
+    opt, start = problem.optimum(), problem.loss(np.zeros(features), *problem.eval_set())
+    assert logs[0][-1]["loss"] - opt < 0.02 * (start - opt)

@@ -119,7 +119,10 @@ def gossip(
     peers: Annotated[str, typer.Option(help="host:port of every worker, in order, commas.")],
     probabilities: Annotated[
         str, typer.Option(help="Peer plan: file or URL (GET /api/v1/jobs/{id}/peers).")
-    ],
+    ] = "",
+    mode: Annotated[
+        str, typer.Option(help="gossip (peers from the plan) or allreduce (synchronous ring).")
+    ] = "gossip",
     duration_s: Annotated[float, typer.Option(min=0.1)] = 30.0,
     features: Annotated[int, typer.Option(min=1)] = 200,
     data_seed: Annotated[int, typer.Option(min=0)] = 0,
@@ -129,11 +132,22 @@ def gossip(
 ) -> None:
     """Decentralized training: asynchronous gossip SGD with one peer per iteration drawn
     from the plan's probabilities (docs/peers.md)."""
-    from agg_agent.gossip import GossipWorker, Problem, load_probabilities
+    from agg_agent.gossip import AllReduceWorker, GossipWorker, Problem, load_probabilities
 
     addrs = [_address(a, "peers") for a in peers.split(",")]
     if me >= len(addrs):
         raise typer.BadParameter(f"me: {me} is not an index of the {len(addrs)} peers")
+    if mode == "allreduce":
+        ar = AllReduceWorker(me, addrs, Problem(len(addrs), features, seed=data_seed), lr,
+                             compute_s)  # fmt: skip
+        try:
+            ar.connect()
+            ar.run(duration_s, log)
+        finally:
+            ar.close()
+        return
+    if mode != "gossip":
+        raise typer.BadParameter(f"mode: {mode!r} is not gossip or allreduce")
     try:
         p = load_probabilities(probabilities, me, [f"{h}:{pt}" for h, pt in addrs])
     except (OSError, ValueError, KeyError) as e:

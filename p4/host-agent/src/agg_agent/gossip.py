@@ -233,3 +233,104 @@ class GossipWorker:
     def close(self) -> None:
         self._stop.set()
         self.server.close()
+
+
+class AllReduceWorker:
+    """The synchronous baseline: every iteration, ring all-reduce of the gradients over TCP
+    (reduce-scatter then all-gather, 2 (n - 1) steps of 1/n of the vector each, every step
+    paced by the slowest link of the ring), then the same step on every worker: gradient
+    descent on all the data, as data-parallel training with all-reduce does."""
+
+    def __init__(
+        self,
+        me: int,
+        peers: list[tuple[str, int]],
+        problem: Problem,
+        lr: float = 5.0,
+        compute_s: float = 0.0,
+        eval_every: int = 10,
+    ) -> None:
+        self.me, self.peers, self.problem = me, peers, problem
+        self.n = len(peers)
+        self.lr, self.compute_s, self.eval_every = lr, compute_s, eval_every
+        self.x, self.y = problem.shard(me)
+        self.xa, self.ya = problem.eval_set()
+        self.w = np.zeros(problem.features)
+        self.server = socket.create_server(peers[me])
+        self.right: socket.socket | None = None
+        self.left: socket.socket | None = None
+
+    def connect(self, timeout_s: float = 30.0) -> None:
+        """Connect to the right neighbour, accept the left one."""
+        deadline = time.monotonic() + timeout_s
+        accepted: list[socket.socket] = []
+
+        def accept() -> None:
+            self.server.settimeout(timeout_s)
+            conn, _ = self.server.accept()
+            accepted.append(conn)
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        right = self.peers[(self.me + 1) % self.n]
+        while True:
+            try:
+                self.right = socket.create_connection(right, timeout=timeout_s)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"peers[{(self.me + 1) % self.n}]: {right}") from None
+                time.sleep(0.05)
+        self.right.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t.join(timeout_s)
+        if not accepted:
+            raise TimeoutError("the left neighbour never connected")
+        self.left = accepted[0]
+
+    def allreduce(self, v: np.ndarray) -> np.ndarray:
+        assert self.left is not None and self.right is not None
+        n, me = self.n, self.me
+        chunks = [c.copy() for c in np.array_split(v, n)]
+        for s in range(n - 1):  # reduce-scatter
+            _send(self.right, chunks[(me - s) % n])
+            k = (me - s - 1) % n
+            chunks[k] += _recv(self.left)
+        for s in range(n - 1):  # all-gather
+            _send(self.right, chunks[(me + 1 - s) % n])
+            chunks[(me - s) % n] = _recv(self.left)
+        return np.concatenate(chunks)
+
+    def run(self, duration_s: float, log: Path | None = None) -> list[tuple[float, float]]:
+        out: list[tuple[float, float]] = []
+        start = time.monotonic()
+        it = 0
+        fh = log.open("w") if log else None
+        try:
+            # Every worker runs the same number of rounds: the ring is synchronous, so one
+            # that stopped on its own clock would leave its neighbours waiting.
+            while True:
+                t0 = time.monotonic()
+                g = self.problem.grad(self.w, self.x, self.y)
+                rest = self.compute_s - (time.monotonic() - t0)
+                if rest > 0:
+                    time.sleep(rest)
+                total = self.allreduce(np.append(g, time.monotonic() - start))
+                self.w -= self.lr * total[:-1] / self.n
+                it += 1
+                if it % self.eval_every == 0:
+                    point = (time.monotonic() - start, self.problem.loss(self.w, self.xa, self.ya))
+                    out.append(point)
+                    if fh:
+                        fh.write(json.dumps({"t": point[0], "loss": point[1], "it": it}) + "\n")
+                        fh.flush()
+                if total[-1] / self.n >= duration_s:  # the workers' mean clock, agreed
+                    break
+        finally:
+            if fh:
+                fh.close()
+        return out
+
+    def close(self) -> None:
+        for s in (self.left, self.right, self.server):
+            if s is not None:
+                s.close()
