@@ -591,3 +591,16 @@ def test_joint_replacement_solves_every_running_job_together():
     assert sizes[False][0] == sizes[True][0] == 3  # the arrival: all three together
     assert set(sizes[False][1:]) == {1}
     assert set(sizes[True][1:]) <= {1, 2, 3} and max(sizes[True][1:]) == 3
+
+
+@pytest.mark.parametrize("cap", [[5e-324, 1.0], [1e-310, 2.0], [3.0, 1.0]])
+def test_filling_ends_on_subnormal_capacities(cap: list[float]) -> None:
+    """A tiny link never counted as full under the relative tolerance alone, and
+    `fill_numpy` looped for ever (the property test above hung CI's run once)."""
+    rows, width = np.array([0, 1]), np.array([1, 2])
+    links, mult = np.array([[0, 0], [0, 1]]), np.array([[1.0, 0.0], [3.0, 1.0]])
+    cls = np.array([0, 0])
+    got = fill_numpy(rows, width, links, mult, cls, np.array(cap), np.zeros((1, 2)))
+    want = fill(rows, width, links, mult, cls, np.array(cap), np.zeros((1, 2)))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    assert got[0] == pytest.approx(cap[0] / 4, rel=1e-9, abs=1e-320)
