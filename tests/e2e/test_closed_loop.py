@@ -85,7 +85,7 @@ def test_congestion_moves_the_job_and_its_iterations_recover(loop: ClosedLoop) -
     # A stall after a move (before the pipeline's fix: the deadlock of docs/e2e.md, an
     # acknowledgement lost while ONOS rewrote the paths): left out of the recovery checks,
     # and the test is then an expected failure that says so, not a pass. To become a failure
-    # once more runs than the 16 moves recorded since the fix show none.
+    # once more runs than the 8 moves recorded since the fix (docs/e2e.md) show none.
     phases = [e["iteration_s"] for e in eps]
     stalled = [i for i, e in enumerate(eps) if e["iteration_s"]["longest_gap_s"] > STALL_S]
     clean = [i for i in range(len(eps)) if i not in stalled and i - 1 not in stalled]
