@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.sparse.csgraph import dijkstra
 
 from .documents import Instance
 from .network import Network
@@ -90,13 +89,8 @@ def pair_times(inst: Instance, workers: Sequence[str], model_bytes: float) -> np
             raise PeerError(f"workers[{k}]: {w!r} is not a host of the topology")
     n = len(workers)
     sw = [net.attach[w] for w in workers]
-    src, dst = net._switch_edges()
     ids = net.switch_ids
-    gt = net._graph_t(net.int_weights())
-    roots = sorted(set(sw))
-    _, pred = dijkstra(gt, directed=True, indices=[net.sw_index[r] for r in roots],
-                       return_predecessors=True)  # fmt: skip
-    row = {r: pred[k] for k, r in enumerate(roots)}
+    row = net.next_hops(sorted(set(sw)), int_aware=True)  # per destination switch
     bits = 8.0 * model_bytes
     t = np.full((n, n), np.inf)
     for i in range(n):
@@ -106,20 +100,14 @@ def pair_times(inst: Instance, workers: Sequence[str], model_bytes: float) -> np
             a, b = sw[i], sw[m]
             links = [(workers[i], a)]
             v = net.sw_index[a]
-            ok = True
-            while ids[v] != b:
-                nxt = row[b][v]
-                if nxt < 0:
-                    ok = False
-                    break
-                links.append((ids[v], ids[nxt]))
-                v = nxt
-            if not ok:
-                continue
+            while ids[v] != b and row[b][v] >= 0:
+                links.append((ids[v], ids[row[b][v]]))
+                v = row[b][v]
+            if ids[v] != b:
+                continue  # no path
             links.append((b, workers[m]))
             rate = min(net.resid[e] for e in links)
             t[i, m] = bits / rate + sum(net.delay[e] for e in links)
-    del src, dst
     return t
 
 
@@ -257,17 +245,16 @@ def plan(
         return PeerPlan(policy, list(workers), p, parts["T"], j, parts["R"], parts["Lam"])
     if unreachable:
         raise PeerError(f"workers: no path from {unreachable[0][0]} to {unreachable[0][1]}")
-    bits_time = t  # one model's transfer between the pair
     if policy == "allreduce":
         # Ring in the given order: 2 (n - 1) steps of 1/n of the model, paced by the
         # slowest ring link; every worker then holds the exact average.
-        ring = [bits_time[i, (i + 1) % n] for i in range(n)]
+        ring = [t[i, (i + 1) % n] for i in range(n)]
         T = float(c.max() + 2.0 * (n - 1) / n * max(ring))
         return _sync(policy, workers, T, n)
     if policy == "ps":
         # Worker 0's position hosts nothing special: the PS is the best-connected worker;
         # n models in and n out over its link.
-        cost = [max(bits_time[i, k] for i in range(n) if i != k) for k in range(n)]
+        cost = [max(t[i, k] for i in range(n) if i != k) for k in range(n)]
         k = int(np.argmin(cost))
         T = float(c.max() + 2.0 * (n - 1) * cost[k])
         return _sync(policy, workers, T, n, {"ps_index": float(k)})
@@ -283,7 +270,7 @@ def plan(
             grp = order[s : s + g]
             if len(grp) < 2:
                 continue
-            ring = max(bits_time[grp[i], grp[(i + 1) % len(grp)]] for i in range(len(grp)))
+            ring = max(t[grp[i], grp[(i + 1) % len(grp)]] for i in range(len(grp)))
             slowest = max(slowest, 2.0 * (len(grp) - 1) / len(grp) * ring)
         samples.append(slowest)
     T = float(c.max() + np.mean(samples))

@@ -120,6 +120,43 @@ def load_probabilities(source: str, me: int, peers: list[str]) -> np.ndarray:
     return p / p.sum()
 
 
+def _gradient(
+    problem: Problem, w: np.ndarray, x: np.ndarray, y: np.ndarray, floor_s: float
+) -> np.ndarray:
+    """A local gradient that takes at least `floor_s` (the compute time being modelled)."""
+    t0 = time.monotonic()
+    g = problem.grad(w, x, y)
+    rest = floor_s - (time.monotonic() - t0)
+    if rest > 0:
+        time.sleep(rest)
+    return g
+
+
+class _LossLog:
+    """(seconds since start, loss on the evaluation set) every `every` iterations, kept and
+    written as JSON lines to `path` if given."""
+
+    def __init__(self, problem: Problem, path: Path | None, every: int) -> None:
+        self.problem, self.every = problem, every
+        self.x, self.y = problem.eval_set()
+        self.start = time.monotonic()
+        self.points: list[tuple[float, float]] = []
+        self.fh = path.open("w") if path else None
+
+    def after(self, it: int, w: np.ndarray) -> None:
+        if it % self.every:
+            return
+        point = (time.monotonic() - self.start, self.problem.loss(w, self.x, self.y))
+        self.points.append(point)
+        if self.fh:
+            self.fh.write(json.dumps({"t": point[0], "loss": point[1], "it": it}) + "\n")
+            self.fh.flush()
+
+    def close(self) -> None:
+        if self.fh:
+            self.fh.close()
+
+
 class GossipWorker:
     def __init__(
         self,
@@ -136,7 +173,6 @@ class GossipWorker:
         self.p = probabilities
         self.lr, self.compute_s, self.eval_every = lr, compute_s, eval_every
         self.x, self.y = problem.shard(me)
-        self.xa, self.ya = problem.eval_set()
         self.w = np.zeros(problem.features)
         self.lock = threading.Lock()
         self.rng = np.random.default_rng([seed, me])
@@ -195,20 +231,14 @@ class GossipWorker:
                     time.sleep(0.05)
 
     def run(self, duration_s: float, log: Path | None = None) -> list[tuple[float, float]]:
-        """Train for `duration_s`; returns (seconds since start, loss on all shards)."""
-        out: list[tuple[float, float]] = []
-        start = time.monotonic()
+        """Train for `duration_s`; returns (seconds since start, loss on the eval set)."""
+        losses = _LossLog(self.problem, log, self.eval_every)
         it = 0
-        fh = log.open("w") if log else None
         try:
-            while time.monotonic() - start < duration_s:
-                t0 = time.monotonic()
+            while time.monotonic() - losses.start < duration_s:
                 with self.lock:
                     w = self.w.copy()
-                g = self.problem.grad(w, self.x, self.y)
-                rest = self.compute_s - (time.monotonic() - t0)
-                if rest > 0:
-                    time.sleep(rest)
+                g = _gradient(self.problem, w, self.x, self.y, self.compute_s)
                 with self.lock:
                     self.w -= self.lr * g
                 m = int(self.rng.choice(len(self.peers), p=self.p))
@@ -220,15 +250,10 @@ class GossipWorker:
                 if it % self.eval_every == 0:
                     with self.lock:
                         w = self.w.copy()
-                    point = (time.monotonic() - start, self.problem.loss(w, self.xa, self.ya))
-                    out.append(point)
-                    if fh:
-                        fh.write(json.dumps({"t": point[0], "loss": point[1], "it": it}) + "\n")
-                        fh.flush()
+                    losses.after(it, w)
         finally:
-            if fh:
-                fh.close()
-        return out
+            losses.close()
+        return losses.points
 
     def close(self) -> None:
         self._stop.set()
@@ -254,7 +279,6 @@ class AllReduceWorker:
         self.n = len(peers)
         self.lr, self.compute_s, self.eval_every = lr, compute_s, eval_every
         self.x, self.y = problem.shard(me)
-        self.xa, self.ya = problem.eval_set()
         self.w = np.zeros(problem.features)
         self.server = socket.create_server(peers[me])
         self.right: socket.socket | None = None
@@ -301,34 +325,22 @@ class AllReduceWorker:
         return np.concatenate(chunks)
 
     def run(self, duration_s: float, log: Path | None = None) -> list[tuple[float, float]]:
-        out: list[tuple[float, float]] = []
-        start = time.monotonic()
+        losses = _LossLog(self.problem, log, self.eval_every)
         it = 0
-        fh = log.open("w") if log else None
         try:
             # Every worker runs the same number of rounds: the ring is synchronous, so one
             # that stopped on its own clock would leave its neighbours waiting.
             while True:
-                t0 = time.monotonic()
-                g = self.problem.grad(self.w, self.x, self.y)
-                rest = self.compute_s - (time.monotonic() - t0)
-                if rest > 0:
-                    time.sleep(rest)
-                total = self.allreduce(np.append(g, time.monotonic() - start))
+                g = _gradient(self.problem, self.w, self.x, self.y, self.compute_s)
+                total = self.allreduce(np.append(g, time.monotonic() - losses.start))
                 self.w -= self.lr * total[:-1] / self.n
                 it += 1
-                if it % self.eval_every == 0:
-                    point = (time.monotonic() - start, self.problem.loss(self.w, self.xa, self.ya))
-                    out.append(point)
-                    if fh:
-                        fh.write(json.dumps({"t": point[0], "loss": point[1], "it": it}) + "\n")
-                        fh.flush()
+                losses.after(it, self.w)
                 if total[-1] / self.n >= duration_s:  # the workers' mean clock, agreed
                     break
         finally:
-            if fh:
-                fh.close()
-        return out
+            losses.close()
+        return losses.points
 
     def close(self) -> None:
         for s in (self.left, self.right, self.server):
