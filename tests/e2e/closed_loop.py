@@ -363,9 +363,11 @@ class ClosedLoop:
         return self.api("GET", f"/jobs/{JOB}/placement").json()
 
     def spine_of(self, placement: dict[str, Any]) -> str:
+        """The spine into the PS's leaf on the first worker's path: the one that carries the
+        sum. INT-aware routing may also take a path through a leaf and both spines (a CI run
+        recorded one in the placement history), so it is not always the only spine."""
         path = next(iter(placement["placement"]["worker_paths"].values()))
-        (spine,) = [s for s in map(self.fabric.name_of, path) if s in SPINES]
-        return spine
+        return [s for s in map(self.fabric.name_of, path) if s in SPINES][-1]
 
     def pin_background(self, spine: str) -> None:
         """The background's intent (another application's), through `spine`."""
