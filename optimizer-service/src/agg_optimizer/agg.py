@@ -147,11 +147,22 @@ def to_decision(ctx: Context, m: AggModel, agg: np.ndarray) -> dict[str, set[str
 
 
 def place(
-    ctx: Context, *, allow_milp: bool = True, oracle=None
+    ctx: Context,
+    *,
+    allow_milp: bool = True,
+    oracle=None,
+    model: AggModel | None = None,
+    bias: np.ndarray | None = None,
 ) -> tuple[dict[str, set[str]], SolverStats, list[FlowSolution]]:
     """Iterate the LP to a fixed point of the exact surrogate. The LP is built once and
     re-solved with new costs (warm start). `oracle(problem)` replaces it when given (tests
     and benchmarks solve the same problems with the MILP or networkx).
+
+    `bias` (per arc of `model`) is added to every iteration's arc costs: `bottleneck`
+    passes a large negative bias on the arcs a threshold forces, so each LP first covers
+    the forced segments and then minimises the surrogate; every solution of the descent
+    then meets the threshold, and the first one is kept even where its surrogate is above
+    the empty choice's.
 
     Where a job's cap binds, the descent from no aggregation can stop at a choice a single
     swap would improve: its first LP takes the segments nearest the PS (with nothing summed
@@ -162,7 +173,7 @@ def place(
     trees (feasible, and greedy picks by the true marginal drop), and the lower surrogate
     wins: AGG is then never above greedy on its own trees."""
     t0 = time.perf_counter()
-    m = build_model(ctx)
+    m = model if model is not None else build_model(ctx)
     f = m.forest
     stats = SolverStats(path="lp")
     sols: list[FlowSolution] = []
@@ -174,6 +185,8 @@ def place(
         for _ in range(MAX_ITERATIONS):
             t1 = time.perf_counter()
             m.problem.arc_cost = arc_costs(ctx, m, agg)
+            if bias is not None:
+                m.problem.arc_cost = m.problem.arc_cost + bias
             build_extra += time.perf_counter() - t1
             lp = state["lp"]
             if oracle is not None:
@@ -203,15 +216,15 @@ def place(
             cost = objective(ctx, m, cand)
             build_extra += time.perf_counter() - t1
             gain = best_cost - cost
-            if gain > 1e-12 * max(1.0, abs(best_cost)):
+            if best_cost == np.inf or gain > 1e-12 * max(1.0, abs(best_cost)):
                 agg, best_cost = cand, cost
             if gain < REL_TOL * abs(best_cost):
                 break
         return agg, best_cost
 
     none = np.zeros(len(f.job), dtype=bool)
-    agg, best = descend(none, objective(ctx, m, none))
-    if capped(ctx, m):
+    agg, best = descend(none, np.inf if bias is not None else objective(ctx, m, none))
+    if bias is None and capped(ctx, m):
         t1 = time.perf_counter()
         seed = from_decision(ctx, m, int_greedy(ctx))
         build_extra += time.perf_counter() - t1

@@ -30,10 +30,11 @@ from .training import IterationRecord, time_to_accuracy
 
 OURS = "agg"
 FLOOR = "floor"
-NOT_BASELINES = frozenset({"agg", "milp", FLOOR, "greedy-rr"})
+NOT_BASELINES = frozenset({"agg", "milp", FLOOR, "greedy-rr", "agg-mm"})
 LABELS = {
     "milp": "oracle of AGG's surrogate, not a baseline",
     "greedy-rr": "ablation: INT-greedy with AGG's re-routing, not a baseline",
+    "agg-mm": "AGG with the bottleneck objective first, not a baseline",
     FLOOR: "network bound: no placement does better",
 }
 

@@ -29,7 +29,7 @@ from .training import Cluster, IterationRecord, JobSpec, components
 
 # Strategies that read INT re-place their jobs every `replace_every` iterations; the others
 # decide once, when the job arrives (as the systems they stand for do).
-DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp", "greedy-rr"})
+DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp", "greedy-rr", "agg-mm"})
 # Not strategies: references the evaluation reports beside them. "floor" is the network bound
 # of streaming aggregation (training.floor_component): what no placement can beat.
 REFERENCES = ("floor",)
