@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from agg_optimizer.documents import JobPlacement
+
 from .onos_standin import StandinOnos
 
 H1, H2, H3, H4 = (f"00:00:00:00:00:0{i}/None" for i in range(1, 5))
@@ -138,3 +140,39 @@ def test_scarce_slots_one_pool_per_switch(client: TestClient, app_onos: StandinO
     assert client.post("/api/v1/placements", json={}).status_code == 200
     a, b = pools(client, "a"), pools(client, "b")
     assert not set(a) & set(b), (a, b)
+
+
+def test_a_job_the_loop_moves_never_takes_the_pool_of_a_job_it_keeps(
+    client: TestClient, app_onos: StandinOnos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop solves all placed jobs together and then keeps those whose move does not
+    pay; the joint solution gave the movers pools as if the kept ones' were free. Here it
+    gives job a exactly the pools job b holds, and only a's move pays: a must be placed
+    again around b's pools (before, a was applied on b's registers)."""
+    for jid in ("a", "b"):
+        assert client.post("/api/v1/jobs", json=job(jid, "agg")).status_code == 201
+    assert client.post("/api/v1/placements", json={}).status_code == 200
+    svc = client.app.state.service
+    b_doc = svc.store.current("b")["placement"]
+    assert b_doc["aggregators"], "b aggregates somewhere"
+    real = svc.compute
+    calls: list[list[str]] = []
+
+    def compute(view: Any, ids: Any, strategy: Any = None) -> Any:
+        calls.append(sorted(ids))
+        out = real(view, ids, strategy)
+        if len(calls) == 1:
+            strat, placement = out["a"]
+            clash = JobPlacement.model_validate({**b_doc, "job_id": "a"})
+            jobs = [clash if jp.job_id == "a" else jp for jp in placement.jobs]
+            out["a"] = (strat, placement.model_copy(update={"jobs": jobs}))
+        return out
+
+    monkeypatch.setattr(svc, "compute", compute)
+    monkeypatch.setattr(svc, "_worth_moving", lambda _v, job, _o, _n: job["id"] == "a")
+    out = svc.step()
+    assert calls == [["a", "b"], ["a"]], calls
+    assert "a" in out["changed"] and "b" not in out["changed"], out
+    assert svc.store.current("b")["placement"]["aggregators"] == b_doc["aggregators"]
+    assert_disjoint(pools(client, "a"), pools(client, "b"))
+    assert_disjoint(pushed(app_onos, "a"), pushed(app_onos, "b"))

@@ -913,6 +913,8 @@ class Service:
                     raise Unavailable(str(e)) from None
                 stored = self.store.intents()
                 computed = self.compute(view, placed)
+                moves: dict[str, tuple[str, Any]] = {}  # job -> (strategy, new placement)
+                stay: dict[str, list[dict]] = {}  # job -> the aggregators it keeps
                 for jid, (strat, placement) in sorted(computed.items()):
                     jp = next(p for p in placement.jobs if p.job_id == jid)
                     cur = self.store.current(jid)
@@ -931,11 +933,17 @@ class Service:
                             and old["worker_paths"] == new["worker_paths"]
                         )
                         if same or not self._worth_moving(view, job, old, new):
+                            stay[jid] = old["aggregators"]
                             if not lost:
                                 kept += [] if same else [jid]
                                 continue
                             jp = JobPlacement.model_validate(old)  # put it back as it was
                             restored.append(jid)
+                    moves[jid] = (strat, jp)
+                self._around_stayers(view, moves, stay, kept)
+                for jid, (strat, jp) in sorted(moves.items()):
+                    job = self.store.job(jid)
+                    assert job is not None
                     self._apply(view, job, strat, jp, "restore" if jid in restored else trigger)
                     changed.append(jid)
         self._count("loop_runs")
@@ -946,6 +954,55 @@ class Service:
             "kept": kept,
             "restored": restored,
         }
+
+    def _around_stayers(
+        self,
+        view: View,
+        moves: dict[str, tuple[str, Any]],
+        stay: dict[str, list[dict]],
+        kept: list[str],
+    ) -> None:
+        """The loop solves all placed jobs together, then keeps those whose move does not
+        pay: a mover's new pools were given as if the kept jobs' pools were free, and may be
+        the very registers a kept job sums into. Where they overlap, the movers are solved
+        again holding every kept pool (`compute` holds the pools of applied jobs it is not
+        asked to place); a mover whose new placement no longer pays keeps its own."""
+        taken: dict[str, list[tuple[int, int]]] = {}
+        for aggs in stay.values():
+            for a in aggs:
+                lo = a["pool"]["base"]
+                taken.setdefault(a["switch"], []).append((lo, lo + a["pool"]["size"]))
+
+        def clashes(jp: Any) -> bool:
+            return any(
+                lo < a.pool.base + a.pool.size and a.pool.base < hi
+                for a in jp.aggregators
+                for lo, hi in taken.get(a.switch, ())
+            )
+
+        movers = sorted(j for j, (_, jp) in moves.items() if j not in stay)
+        if not any(clashes(moves[j][1]) for j in movers):
+            return
+        log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
+        again = self.compute(view, movers)
+        for jid in movers:
+            if jid not in again:  # no room around the kept pools: it stays as it is
+                del moves[jid]
+                continue
+            strat, placement = again[jid]
+            jp = next(p for p in placement.jobs if p.job_id == jid)
+            cur = self.store.current(jid)
+            job = self.store.job(jid)
+            assert job is not None
+            if (
+                cur
+                and cur["status"] == "applied"
+                and not self._worth_moving(view, job, cur["placement"], jp.model_dump(mode="json"))
+            ):
+                del moves[jid]
+                kept.append(jid)
+            else:
+                moves[jid] = (strat, jp)
 
     def _worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
         """Whether the new placement's predicted CCT is `min_improvement` below the applied
