@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 # `engine.STRATEGIES`, spelled out so that `--help` does not import the solvers
 # (tests/optimizer/test_cli_compare.py checks the two agree).
 STRATEGY_NAMES = (
-    "agg", "agg-mm", "ps", "switchml", "atp", "sharp", "soar", "grid", "random", "greedy",
-    "milp", "greedy-rr",
+    "agg", "agg-mm", "agg-own", "ps", "switchml", "atp", "sharp", "soar", "grid", "random",
+    "greedy", "milp", "greedy-rr",
 )  # fmt: skip
 
 app = typer.Typer(

@@ -18,6 +18,10 @@ Decision = dict[str, set[str]]
 
 # Rounds of re-routing around a job's own stream funnels (see `_rerouted`); 0 turns it off.
 REROUTE_ROUNDS = 4
+# Up to this many jobs the re-routing also follows INT-greedy's funnels (a second
+# trajectory: one greedy per round; on a k=16 fat-tree with 32 jobs it made AGG's solve
+# 6x slower, 0.8 -> 4.8 s, which the service's loop should not pay).
+STEER_MAX_JOBS = 16
 
 
 def _judge(ctx: Context, aggs: Decision) -> tuple[float, dict[str, tuple[str, str, int]]]:
@@ -40,6 +44,7 @@ def _judge(ctx: Context, aggs: Decision) -> tuple[float, dict[str, tuple[str, st
 
 def _rerouted(
     place: Callable[[Context], tuple[Decision, SolverStats]],
+    steer: Callable[[Context], Decision] | None = None,
 ) -> Callable[[Context], tuple[Decision, SolverStats, dict[str, JobTree]]]:
     """`place` (the LP, or the exact MILP) on INT trees, then re-routing. Placement sums
     where streams meet on the trees it is given, but a tree can funnel several of a job's
@@ -48,28 +53,41 @@ def _rerouted(
     routing (by its stream count) and `place` runs again on the new trees, for up to
     REROUTE_ROUNDS rounds (penalties accumulate). The round with the lowest predicted CCT
     (bottleneck) of the jobs wins, the first one included. The LP and its integrality are
-    untouched: only the trees it is given change."""
+    untouched: only the trees it is given change.
+
+    With `steer` (up to STEER_MAX_JOBS jobs), a second trajectory re-routes around the
+    funnels of `steer`'s placement instead, `place` still placing and being judged on every
+    tree: the trees a placement rule funnels on depend on the rule, and on k8-load0 the LP's
+    own funnels led it to worse trees than greedy's did in 7 of 20 seeds (docs/evaluation.md,
+    "Does the LP earn its place?")."""
 
     def run(ctx: Context) -> tuple[Decision, SolverStats, dict[str, JobTree]]:
         aggs, stats = place(ctx)
         if len(ctx.jobs) > SHARED_ROUTING_MAX_JOBS:
             return aggs, stats, ctx.int_trees
-        score, funnels = _judge(ctx, aggs)
+        score, funnels0 = _judge(ctx, aggs)
         best = (score, ctx, aggs, stats)
-        penalty: dict[str, dict[tuple[str, str], float]] = {}
         kept = 0
-        for _ in range(REROUTE_ROUNDS):
-            if not funnels:
-                break
-            for job_id, (u, v, streams) in funnels.items():
-                links = penalty.setdefault(job_id, {})
-                links[(u, v)] = links.get((u, v), 1.0) * (1.0 + streams)
-            ctx = ctx.rerouted(copy.deepcopy(penalty))
-            aggs, stats = place(ctx)
-            score, funnels = _judge(ctx, aggs)
-            if score < best[0]:
-                kept += 1
-                best = (score, ctx, aggs, stats)
+        # Each trajectory re-routes around the funnels of one placement rule on the current
+        # trees: `place`'s own, and `steer`'s when given; `place` is judged on every tree.
+        drivers = [None] if steer is None or len(ctx.jobs) > STEER_MAX_JOBS else [None, steer]
+        for driver in drivers:
+            funnels = funnels0 if driver is None else _judge(ctx, driver(ctx))[1]
+            penalty: dict[str, dict[tuple[str, str], float]] = {}
+            for _ in range(REROUTE_ROUNDS):
+                if not funnels:
+                    break
+                for job_id, (u, v, streams) in funnels.items():
+                    links = penalty.setdefault(job_id, {})
+                    links[(u, v)] = links.get((u, v), 1.0) * (1.0 + streams)
+                cur = ctx.rerouted(copy.deepcopy(penalty))
+                aggs, stats = place(cur)
+                score, funnels = _judge(cur, aggs)
+                if driver is not None:
+                    funnels = _judge(cur, driver(cur))[1]
+                if score < best[0]:
+                    kept += 1
+                    best = (score, cur, aggs, stats)
         _, ctx, aggs, stats = best
         stats.reroutes = kept
         return aggs, stats, ctx.int_trees
@@ -86,9 +104,11 @@ def _heuristic(fn: Callable[[Context], Decision], int_aware: bool):
 
 
 STRATEGIES: dict[str, Callable[[Context], tuple[Decision, SolverStats, dict[str, JobTree]]]] = {
-    "agg": _rerouted(lambda ctx: agg.place(ctx)[:2]),
+    "agg": _rerouted(lambda ctx: agg.place(ctx)[:2], steer=baselines.int_greedy),
     # AGG with the min-max objective first (bottleneck.py), the surrogate within it.
-    "agg-mm": _rerouted(bottleneck.place),
+    "agg-mm": _rerouted(bottleneck.place, steer=baselines.int_greedy),
+    # Ablation: AGG re-routing around its own funnels only (AGG before issue 16's item 3).
+    "agg-own": _rerouted(lambda ctx: agg.place(ctx)[:2]),
     "ps": _heuristic(baselines.ps_only, False),
     "switchml": _heuristic(baselines.switchml, False),
     "atp": _heuristic(baselines.atp, False),
@@ -97,13 +117,13 @@ STRATEGIES: dict[str, Callable[[Context], tuple[Decision, SolverStats, dict[str,
     "grid": _heuristic(baselines.grid, True),
     "random": _heuristic(baselines.random_k, False),
     "greedy": _heuristic(baselines.int_greedy, True),
-    "milp": _rerouted(exact.place_exact),
+    "milp": _rerouted(exact.place_exact, steer=baselines.int_greedy),
     # Ablation, not a published strategy: INT-greedy with AGG's re-routing, to tell what the
     # LP adds over the re-routing (docs/evaluation.md). Not in the scenarios' default set.
     "greedy-rr": _rerouted(lambda ctx: (baselines.int_greedy(ctx), SolverStats(path="heuristic"))),
 }
 # Not in the scenarios' default strategy set (an ablation and a variant of AGG).
-ABLATIONS = ("greedy-rr", "agg-mm")
+ABLATIONS = ("greedy-rr", "agg-mm", "agg-own")
 
 
 def build_placement(

@@ -30,11 +30,12 @@ from .training import IterationRecord, time_to_accuracy
 
 OURS = "agg"
 FLOOR = "floor"
-NOT_BASELINES = frozenset({"agg", "milp", FLOOR, "greedy-rr", "agg-mm"})
+NOT_BASELINES = frozenset({"agg", "milp", FLOOR, "greedy-rr", "agg-mm", "agg-own"})
 LABELS = {
     "milp": "oracle of AGG's surrogate, not a baseline",
     "greedy-rr": "ablation: INT-greedy with AGG's re-routing, not a baseline",
     "agg-mm": "AGG with the bottleneck objective first, not a baseline",
+    "agg-own": "ablation: AGG re-routing around its own funnels only, not a baseline",
     FLOOR: "network bound: no placement does better",
 }
 

@@ -29,7 +29,7 @@ from .training import Cluster, IterationRecord, JobSpec, components
 
 # Strategies that read INT re-place their jobs every `replace_every` iterations; the others
 # decide once, when the job arrives (as the systems they stand for do).
-DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp", "greedy-rr", "agg-mm"})
+DYNAMIC = frozenset({"agg", "soar", "greedy", "grid", "milp", "greedy-rr", "agg-mm", "agg-own"})
 # Not strategies: references the evaluation reports beside them. "floor" is the network bound
 # of streaming aggregation (training.floor_component): what no placement can beat.
 REFERENCES = ("floor",)
@@ -80,6 +80,14 @@ class Scenario(BaseModel):
         description="Re-place all running jobs together at a job's re-placement (the "
         "service solves all jobs of a strategy together); false: only that job, the others "
         "being measured load.",
+    )
+    min_improvement: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Hysteresis at re-placement, as the service's control loop applies it: "
+        "a job takes its new placement only when its predicted CCT (alone, on the same "
+        "INT snapshot) is at least this fraction below the one it runs; 0: always.",
     )
     strategies: list[str] = Field(
         default_factory=lambda: [
@@ -271,6 +279,7 @@ class RunResult:
     bg_finished: int = 0
     bg_fct_mean_s: float = 0.0
     bg_fct_p99_s: float = 0.0
+    kept_placements: int = 0  # re-placements a job declined (`min_improvement`)
 
     def ccts(self) -> np.ndarray:
         return np.array([r.cct_s for r in self.records])
@@ -346,6 +355,7 @@ def run(
         stage_iterations=scenario.iterations // scenario.stages if scenario.cojobs else 0,
         keep_fraction=scenario.keep_fraction,
         joint_replace=scenario.joint_replace,
+        min_improvement=scenario.min_improvement,
     )
     observer.start()
     bg.start()
@@ -367,6 +377,7 @@ def run(
         background_flows=bg.started,
         placements=cluster.placements,
         skipped_pools=cluster.skipped_pools,
+        kept_placements=cluster.kept_placements,
         stages=[asdict(x) | {"sct_s": x.sct_s} for x in cluster.stages],
         bg_finished=len(bg.fct_s),
         bg_fct_mean_s=float(np.mean(bg.fct_s)) if bg.fct_s else 0.0,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..documents import Instance, Job, JobPlacement, Placement, Topology
+from ..network import Network, cct_of
 from .core import AGGREGATION, Flow, Simulator
 from .fabric import Fabric
 from .observe import IntObserver
@@ -193,6 +194,7 @@ class Cluster:
         stage_iterations: int = 0,
         keep_fraction: float = 0.5,
         joint_replace: bool = False,
+        min_improvement: float = 0.0,
     ) -> None:
         """`scheduler(cluster)`: each running job's priority class (higher served first,
         background stays at 0), asked at every placement and every round's start; none:
@@ -203,6 +205,10 @@ class Cluster:
         # over all its jobs) instead of the one job whose turn it is, the others being
         # measured load in the INT snapshot.
         self.joint_replace = joint_replace
+        # A re-placed job moves only if its predicted CCT drops by this fraction (the
+        # service's `min_improvement`); the kept ones keep their pools.
+        self.min_improvement = min_improvement
+        self.kept_placements = 0
         # Successive halving for jobs with a cojob: after every `stage_iterations` the
         # cojob's live trials wait for each other, then the best `keep_fraction` go on.
         self.stage_iterations = stage_iterations
@@ -252,8 +258,9 @@ class Cluster:
 
     # -- placement --------------------------------------------------------------------------
 
-    def _place(self, runs: list[_Running]) -> None:
-        """Ask the strategy for `runs` given current INT and the pools other jobs hold."""
+    def _place(self, runs: list[_Running], *, hysteresis: bool = True) -> None:
+        """Ask the strategy for `runs` given current INT and the pools other jobs hold.
+        With `min_improvement`, a job already placed moves only when that pays."""
         topo: Topology = self.fabric.topology
         residual = dict(self.free)
         for r in runs:
@@ -285,12 +292,27 @@ class Cluster:
         self.placements += 1
         by_id = {jp.job_id: jp for jp in placement.jobs}
         assert {r.spec.id for r in runs} <= set(by_id), "the strategy left a job unplaced"
+        if self.min_improvement > 0 and hysteresis:
+            keep = self._not_worth_moving(inst, runs, by_id)
+            if keep:
+                # The kept jobs keep their placement and pools; the others are placed again
+                # around them (their pools held, their traffic measured load), since the
+                # joint solution may have given a mover a pool a kept job holds.
+                self.kept_placements += len(keep)
+                movers = [r for r in runs if r.spec.id not in keep]
+                if movers:
+                    self._place(movers, hysteresis=False)
+                return
+        # Release every pool no job wants any more before any job takes one: a job placed
+        # together with others may want a switch whose pool another of them gives up.
         for r in runs:
-            jp = by_id[r.spec.id]
-            want = {a.switch for a in jp.aggregators}
+            want = {a.switch for a in by_id[r.spec.id].aggregators}
             for s in r.held - want:
                 self.free[s] += self.pool_slots
             r.held &= want
+        for r in runs:
+            jp = by_id[r.spec.id]
+            want = {a.switch for a in jp.aggregators}
             for s in sorted(want - r.held):
                 if self.free.get(s, 0) >= self.pool_slots:
                     self.free[s] -= self.pool_slots
@@ -298,6 +320,34 @@ class Cluster:
                 else:
                     self.skipped_pools += 1
             r.placement = jp
+
+    def _not_worth_moving(
+        self, inst: Instance, runs: list[_Running], new: dict[str, JobPlacement]
+    ) -> set[str]:
+        """Jobs whose new placement's predicted CCT is not `min_improvement` below the one
+        they run, both judged alone on `inst`'s link state (`Service._worth_moving`)."""
+        moved = [r for r in runs if r.placement is not None]
+        if not moved:
+            return set()
+        net = Network.from_instance(inst)
+        spec = {j.id: j for j in inst.jobs}
+        keep = set()
+        for r in moved:
+            old, jp = r.placement, new[r.spec.id]
+            assert old is not None
+            before = cct_of(
+                net, spec[r.spec.id], old.worker_paths, {a.switch for a in old.aggregators}
+            )
+            after = cct_of(
+                net, spec[r.spec.id], jp.worker_paths, {a.switch for a in jp.aggregators}
+            )
+            if (
+                before is not None
+                and after is not None
+                and after >= before * (1.0 - self.min_improvement)
+            ):
+                keep.add(r.spec.id)
+        return keep
 
     def reprioritise(self) -> None:
         """Ask the scheduler again and move the rounds in flight to their new classes."""
