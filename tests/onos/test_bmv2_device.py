@@ -2,7 +2,9 @@
 the pipeline and its own entries (which bmv2 must accept: ONOS reads them back, so ADDED
 means the switch holds them), learns hosts from our packet-in, the INT app drives our
 `IntProgrammable` (node ID, published as the `intSwitchId` annotation; clone group and
-collector entry; watchlist), and a placement's `agg_job` entry lands on the switch.
+collector entry; watchlist), a placement's `agg_job` entry lands on the switch, and so does
+a job's traffic class (`traffic_class`, read back from bmv2 itself through its Thrift CLI).
+The switch runs with 8 priority queues per port, as the traffic-class contract requires.
 
 Needs root, iproute2, and bmv2 with P4Runtime (`simple_switch_grpc`, built outside the
 repository into /opt/p4); skipped, with the reason, without them or the ONOS built from source.
@@ -11,14 +13,18 @@ repository into /opt/p4); skipped, with the reason, without them or the ONOS bui
 from __future__ import annotations
 
 import json
+import os
+import re
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agg_agent import p4names
 from agg_optimizer.service import onosd
 from p4 import bmv2
 
@@ -45,15 +51,17 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
     assert binary
     for i in (1, 2):
         bmv2.veth_link(f"iat1s{i}", f"iat1h{i}")
-    grpc_port = bmv2.free_port()
+    grpc_port, thrift_port = bmv2.free_port(), bmv2.free_port()
     log = tmp_path_factory.mktemp("bmv2") / "switch.log"
     proc = subprocess.Popen(
         [
             binary,
-            *("--no-p4", "--device-id", "1", "--thrift-port", str(bmv2.free_port())),
+            *("--no-p4", "--device-id", "1", "--thrift-port", str(thrift_port)),
             *("-i", "1@iat1s1", "-i", "2@iat1s2", "--log-file", str(log.with_suffix(""))),
             "--",
             *("--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--cpu-port", "255"),
+            # bmv2 drops a packet whose class (v1model priority) has no queue.
+            *("--priority-queues", str(p4names.TC_CLASSES)),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -83,18 +91,36 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
             90,
             "the bmv2 device available in ONOS",
         )
-        yield {"onos": onos_real, "ports": ports, "proc": proc, "netcfg": cfg}
+        yield {
+            "onos": onos_real,
+            "ports": ports,
+            "proc": proc,
+            "netcfg": cfg,
+            "thrift_port": thrift_port,
+        }
     finally:
         for intent in onos_real.request("GET", "/onos/int/intIntent").json().get("IntIntents", []):
             onos_real.request("DELETE", f"/onos/int/intIntent/{intent['id']}")
         onos_real.request("DELETE", f"/network/configuration/apps/{INT_APP}")
         for p in ports.values():
             p.close()
-        proc.terminate()
-        proc.wait(10)
         # The device goes before its netcfg: without the netcfg ONOS cannot build the
         # pipeconf's merged driver of a device it still lists, and GET /devices answers 404.
-        onos_real.request("DELETE", f"/devices/{DEVICE}")
+        # And while bmv2 still runs: once it is gone, ONOS relinquishes mastership of the
+        # unreachable device, and a removal in that window did nothing (seen once: no
+        # "administratively removed", the device stayed listed without its netcfg).
+        for _ in range(3):
+            onos_real.request("DELETE", f"/devices/{DEVICE}")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if onos_real.request("GET", f"/devices/{DEVICE}").status_code == 404:
+                    break
+                time.sleep(0.3)
+            else:
+                continue
+            break
+        proc.terminate()
+        proc.wait(10)
         onos_real.request("DELETE", f"/network/configuration/devices/{DEVICE}")
         onosd.wait_for(
             lambda: (
@@ -242,6 +268,129 @@ def test_a_placement_lands_on_the_switch(device: dict) -> None:
     finally:
         assert onos.request("DELETE", url).status_code == 204
     onosd.wait_for(lambda: not flows(onos, ".agg_job"), 60, "agg_job removed")
+
+
+def switch_table(thrift_port: int, table: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The entries bmv2 itself holds in `table`, a table of ternary fields (simple_switch_CLI's
+    `table_dump` over Thrift, not ONOS's store): each {"match": {field: "value &&& mask"},
+    "action": name, "params": [hex, ...]}. bmv2 names the key fields by their JSON targets;
+    `fields` are the P4Info names of the key, in its order."""
+    cli = bmv2.tool("simple_switch_CLI")
+    assert cli
+    r = subprocess.run(
+        ["/usr/bin/python3", cli, "--thrift-port", str(thrift_port)],
+        input=f"table_dump {table}\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": bmv2.P4_PYTHONPATH},
+        timeout=30,
+    )
+    assert r.returncode == 0 and "TABLE ENTRIES" in r.stdout, r.stdout + r.stderr
+    entries = []
+    for chunk in r.stdout.split("Dumping entry")[1:]:
+        chunk = chunk.split("Dumping default entry")[0]
+        entry: dict[str, Any] = {}
+        keys = []
+        for line in chunk.splitlines():
+            m = re.match(r"\*\s+\S+?\s*:\s*TERNARY\s+(.*)$", line.strip())
+            if m:
+                keys.append(" ".join(m[1].split()))
+            elif line.startswith("Action entry:"):
+                name, _, params = line.removeprefix("Action entry:").partition(" - ")
+                entry["action"] = name.strip()
+                entry["params"] = [p.strip() for p in params.split(",") if p.strip()]
+        assert len(keys) == len(fields), chunk
+        entries.append({"match": dict(zip(fields, keys, strict=True)), **entry})
+    return entries
+
+
+def pi_match(flow: dict) -> dict[str, tuple[str, str]]:
+    """A PI flow rule's ternary matches as ONOS's /flows shows them: field -> (value, mask)."""
+    out = {}
+    for c in flow["selector"]["criteria"]:
+        assert c["type"] == "PROTOCOL_INDEPENDENT", c
+        for m in c["matches"]:
+            out[m["field"]] = (m["value"], m["mask"])
+    return out
+
+
+def pi_action(flow: dict) -> tuple[str, dict[str, str]]:
+    (inst,) = flow["treatment"]["instructions"]
+    return inst["actionId"], inst.get("actionParams", {})
+
+
+def test_a_traffic_class_lands_on_the_switch(device: dict) -> None:
+    onos, thrift = device["onos"], device["thrift_port"]
+    job = "it-class"
+    url = f"/onos/innet-agg/priority/{job}"
+
+    def on_switch() -> list[dict[str, Any]]:
+        return switch_table(thrift, p4names.TC_TABLE, p4names.TC_MATCH_FIELDS)
+
+    def in_force(cls: int) -> dict:
+        """The job's entry once ONOS has read it back from bmv2 (ADDED) with class `cls`;
+        never more than one entry meanwhile."""
+        deadline = time.monotonic() + 60
+        want = (p4names.TC_SET_CLASS, {"class": f"{cls:08x}"})
+        while True:
+            entries = flows(onos, ".traffic_class")
+            assert len(entries) <= 1, json.dumps(entries)[:1500]
+            if entries and entries[0]["state"] == "ADDED" and pi_action(entries[0]) == want:
+                return entries[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"class {cls} not ADDED in 60 s: ONOS {json.dumps(entries)[:1200]};"
+                    f" bmv2 {on_switch()}"
+                )
+            time.sleep(0.3)
+
+    assert not flows(onos, ".traffic_class") and on_switch() == []
+    try:
+        r = onos.request("POST", url, json={"job_id": job, "priority_class": 5})
+        assert r.status_code == 201, r.text
+        doc = r.json()
+        number = doc.get("p4_job_id")
+        # No switches listed: every available device running our pipeconf, the bmv2 one.
+        assert doc == {
+            "job_id": job,
+            "priority_class": 5,
+            "switches": [DEVICE],
+            "p4_job_id": number,
+        }
+        entry = in_force(5)
+        # The contract's entry: is_agg 1/1, agg_job_id the job's number/0xffff, nothing
+        # else matched, entry priority 100, set_class(5).
+        assert entry["priority"] == 100 and entry["appId"] == ONOS_APP, entry
+        assert pi_match(entry) == {
+            "is_agg": ("00000001", "00000001"),
+            "agg_job_id": (f"{number:08x}", "0000ffff"),
+        }
+        assert onos.request("GET", url).json() == doc
+        # ... and bmv2 holds it: the other six fields wildcards (mask 0).
+        (held,) = on_switch()
+        assert (held["action"], held["params"]) == (p4names.TC_SET_CLASS, ["05"]), held
+        match = held["match"]
+        assert (match.pop("is_agg"), match.pop("agg_job_id")) == (
+            "01 &&& 01",
+            f"{number:04x} &&& ffff",
+        )
+        assert all(set(m.split(" &&& ")[1]) == {"0"} for m in match.values()), held
+
+        # Another class for the job: the same entry rewritten, not a second one.
+        r = onos.request("POST", url, json={"job_id": job, "priority_class": 2})
+        assert r.status_code == 200, r.text
+        assert r.json() == {**doc, "priority_class": 2}
+        replaced = in_force(2)
+        assert replaced["id"] == entry["id"] and pi_match(replaced) == pi_match(entry)
+        assert onos.request("GET", url).json() == {**doc, "priority_class": 2}
+        (held,) = on_switch()
+        assert held["params"] == ["02"], held
+    finally:
+        assert onos.request("DELETE", url).status_code == 204
+    onosd.wait_for(lambda: not flows(onos, ".traffic_class"), 60, "traffic_class removed")
+    assert on_switch() == []
+    r = onos.request("GET", url)
+    assert (r.status_code, r.json()["message"]) == (404, f"job: no traffic class for '{job}'")
 
 
 def test_after_an_upgrade_of_the_app_devices_run_its_new_behaviours(device: dict) -> None:

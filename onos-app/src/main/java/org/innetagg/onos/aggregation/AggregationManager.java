@@ -80,7 +80,13 @@ public class AggregationManager implements AggregationService {
         List<DeviceId> devices = new ArrayList<>();
         List<PortNumber> ports = new ArrayList<>();
         for (AggregatorConfig agg : placement.aggregators) {
-            DeviceId device = DeviceId.deviceId(agg.switchId);
+            DeviceId device;
+            try {
+                device = DeviceId.deviceId(agg.switchId);
+            } catch (IllegalArgumentException e) {
+                // Not a URI, or longer than ONOS's 1024 characters: no device can have this id.
+                throw new InvalidPlacementException(agg.field("switch"), "unknown device '" + agg.switchId + "'");
+            }
             if (deviceService.getDevice(device) == null) {
                 throw new InvalidPlacementException(agg.field("switch"), "unknown device '" + agg.switchId + "'");
             }

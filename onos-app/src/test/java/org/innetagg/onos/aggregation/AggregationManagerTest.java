@@ -108,6 +108,28 @@ public class AggregationManagerTest {
     }
 
     @Test
+    public void aSwitchIdThatIsNoDeviceIdIsRefusedNamingTheField() throws Exception {
+        // DeviceId.deviceId throws IllegalArgumentException for these (not a URI; longer than
+        // 1024 characters), which ONOS's REST layer answered as a 400 naming no field.
+        for (String bad : new String[] {"not a uri", "%zz", "device:" + "x".repeat(1100)}) {
+            ObjectNode doc;
+            try (InputStream in = getClass().getResourceAsStream("/placements/valid.json")) {
+                doc = (ObjectNode) new ObjectMapper().readTree(in);
+            }
+            ((ObjectNode) doc.get("jobs").get(0).get("aggregators").get(1)).put("switch", bad);
+            try {
+                manager.apply(JobPlacement.decode("resnet-a", doc));
+                throw new AssertionError("switch '" + bad + "' accepted");
+            } catch (InvalidPlacementException e) {
+                assertEquals(400, e.status());
+                assertEquals("jobs[0].aggregators[1].switch: unknown device '" + bad + "'", e.getMessage());
+            }
+        }
+        assertTrue(rules.applied.isEmpty());
+        assertFalse(manager.get("resnet-a").isPresent());
+    }
+
+    @Test
     public void placementsAreTheJobsInForceSortedById() throws Exception {
         assertEquals(List.of(), manager.placements());
         manager.apply(validAs("zeta", 0));

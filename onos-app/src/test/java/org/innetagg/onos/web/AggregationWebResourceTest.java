@@ -2,13 +2,16 @@ package org.innetagg.onos.web;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import org.innetagg.onos.aggregation.AggregationService;
 import org.innetagg.onos.aggregation.TestTopology;
 import org.junit.Before;
 import org.junit.Test;
 
 import javax.ws.rs.core.Response;
+import java.io.ByteArrayInputStream;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertTrue;
@@ -110,6 +113,21 @@ public class AggregationWebResourceTest {
         Response r = post("../etc", "valid.json");
         assertEquals(400, r.getStatus());
         assertTrue(body(r).get("message").asText().startsWith("job: "));
+    }
+
+    @Test
+    public void aSwitchIdThatIsNoDeviceIdIs400NamingTheField() throws Exception {
+        ObjectNode doc;
+        try (InputStream in = getClass().getResourceAsStream("/placements/valid.json")) {
+            doc = (ObjectNode) new ObjectMapper().readTree(in);
+        }
+        ((ObjectNode) doc.get("jobs").get(0).get("aggregators").get(0)).put("switch", "not a uri");
+        Response r = resource.apply("resnet-a",
+                new ByteArrayInputStream(doc.toString().getBytes(StandardCharsets.UTF_8)));
+        assertEquals(400, r.getStatus());
+        assertEquals("jobs[0].aggregators[0].switch: unknown device 'not a uri'",
+                body(r).get("message").asText());
+        assertEquals(404, resource.show("resnet-a").getStatus());
     }
 
     @Test
