@@ -13,6 +13,7 @@
 #include "include/aggregation.p4"
 #include "include/priority.p4"
 #include "include/int.p4"
+#include "include/congestion.p4"
 #include "include/deparser.p4"
 
 control IngressPipe(inout headers_t hdr, inout local_metadata_t local_metadata,
@@ -39,9 +40,11 @@ control EgressPipe(inout headers_t hdr, inout local_metadata_t local_metadata,
     PacketIn() packet_io;
     IntEgress() int_egress;
     IntReport() int_report;
+    CongestionFeedback() congestion;
 
     apply {
         packet_io.apply(hdr, standard_metadata);
+        congestion.apply(hdr, local_metadata, standard_metadata);
         int_egress.apply(hdr, local_metadata, standard_metadata);
         if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE) {
             int_report.apply(hdr, local_metadata, standard_metadata);

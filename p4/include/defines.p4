@@ -26,6 +26,8 @@ const bit<32> AGG_JOBS = 256;         // jobs configurable per switch
 const bit<8>  AGG_FLAG_AGGREGATED = 0x01;
 const bit<8>  AGG_FLAG_RETRANSMIT = 0x02;
 const bit<8>  AGG_FLAG_ACK        = 0x04;
+// In an acknowledgement: the chunk (or a packet of it) arrived marked CE (congestion.p4).
+const bit<8>  AGG_FLAG_ECN_ECHO   = 0x08;
 
 /* Traffic classes (priority.p4) -------------------------------------------- */
 const bit<32> TRAFFIC_CLASS_ENTRIES = 512;

@@ -68,7 +68,8 @@ header agg_t {
     bit<8>  worker_id;     // sender's worker index (0-31); informative for the switch
     bit<8>  fan_in;        // workers in the job: the parameter server's expected total
     bit<8>  flags;         // AGG_FLAG_*
-    bit<8>  reserved;
+    bit<8>  max_queue;     // longest egress queue met (packets, <= 255; congestion.p4);
+                           // an acknowledgement echoes the value its chunk arrived with
     bit<32> contributors;  // bitmap of the workers whose values the vector holds
     bit<32> seq;           // chunk sequence number of the sender's stream
 }

@@ -15,14 +15,16 @@ def ip(i: int) -> bytes:
     return bytes([10, 0, 0, i])
 
 
-def udp_frame(src: int, dst: int, sport: int, dport: int, payload: bytes, dscp: int = 0) -> bytes:
+def udp_frame(
+    src: int, dst: int, sport: int, dport: int, payload: bytes, dscp: int = 0, ecn: int = 0
+) -> bytes:
     """A frame from host `src` to host `dst` (MAC and IP end in the host's number)."""
     udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
     return (
         mac(dst)
         + mac(src)
         + b"\x08\x00"
-        + ipv4_header(ip(src), ip(dst), 17, len(udp), dscp=dscp)
+        + ipv4_header(ip(src), ip(dst), 17, len(udp), dscp=dscp, ecn=ecn)
         + udp
     )
 

@@ -56,7 +56,7 @@ def test_bmv2_json_agrees_on_header_layouts_and_constants() -> None:
     prog = json.loads((ROOT / p4names.BMV2_JSON_PATH).read_text())
     types = {t["name"]: [f[0] for f in t["fields"]] for t in prog["header_types"]}
     assert types["agg_t"] == [
-        "job_id", "slot", "worker_id", "fan_in", "flags", "reserved", "contributors", "seq"
+        "job_id", "slot", "worker_id", "fan_in", "flags", "max_queue", "contributors", "seq"
     ]  # fmt: skip
     stacks = {s["name"]: s for s in prog["header_stacks"]}
     assert len(stacks["agg_values"]["header_ids"]) == LANES

@@ -804,9 +804,12 @@ def hop_words(family: str, bitmap: int) -> int:
     return StackLayout.get(family, bitmap, -1).hop_bytes // 4
 
 
-def ipv4_header(src: bytes, dst: bytes, proto: int, payload_len: int, dscp: int = 0) -> bytes:
+def ipv4_header(
+    src: bytes, dst: bytes, proto: int, payload_len: int, dscp: int = 0, ecn: int = 0
+) -> bytes:
     total = 20 + payload_len
-    hdr = struct.pack(">BBHHHBBH4s4s", 0x45, dscp << 2, total, 0, 0x4000, 64, proto, 0, src, dst)
+    tos = dscp << 2 | ecn
+    hdr = struct.pack(">BBHHHBBH4s4s", 0x45, tos, total, 0, 0x4000, 64, proto, 0, src, dst)
     csum = _ip_checksum(hdr)
     return hdr[:10] + struct.pack(">H", csum) + hdr[12:]
 

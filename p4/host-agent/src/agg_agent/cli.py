@@ -10,6 +10,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from agg_agent import congestion
 from agg_agent.endpoints import Address, ParameterServer, Worker
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import UDP_PORT
@@ -47,10 +48,26 @@ def worker(
     timeout_ms: Annotated[float, typer.Option(min=0.1)] = 50.0,
     bind: Annotated[str, typer.Option(help="Local host:port.")] = f"0.0.0.0:{UDP_PORT}",
     seed: int = 0,
+    cc: Annotated[
+        str,
+        typer.Option(help="Congestion control: fixed, aimd, dctcp, explicit (docs/congestion.md)."),
+    ] = "fixed",
+    bdp: Annotated[
+        float, typer.Option(min=0.01, help="explicit: the path's bandwidth-delay product, packets.")
+    ] = 4.0,
+    target_queue: Annotated[
+        float, typer.Option(min=0.0, help="explicit: the queue to keep, packets.")
+    ] = 1.0,
+    ecn: Annotated[
+        bool, typer.Option(help="Send ECN-capable packets (on by default with --cc dctcp).")
+    ] = False,
 ) -> None:
     """Send random tensors in [-bound, bound] (seeded) for `iterations` iterations."""
+    if cc not in congestion.SCHEMES:
+        raise typer.BadParameter(f"--cc: {cc!r} is not one of {', '.join(congestion.SCHEMES)}")
     try:
         fixed = FixedPoint.for_bound(bound, workers)
+        extra = {"bdp": bdp, "target": target_queue} if cc == "explicit" else {}
         w = Worker(
             job,
             worker_id,
@@ -59,6 +76,8 @@ def worker(
             window,
             timeout_ms / 1000,
             bind=_address(bind, "--bind"),
+            controller=congestion.make(cc, window, **extra),
+            ecn=ecn or cc == "dctcp",
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None

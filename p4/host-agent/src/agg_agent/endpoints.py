@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from agg_agent.congestion import Controller, FixedWindow
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import (
     FLAG_ACK,
+    FLAG_ECN_ECHO,
     FLAG_RETRANSMIT,
     LANES,
     AggPacket,
@@ -33,6 +35,7 @@ from agg_agent.protocol import (
 )
 
 Address = tuple[str, int]
+ECT0 = 0x02  # the IP TOS byte's ECN field: ECN-capable transport (0)
 
 
 def chunk_count(size: int) -> int:
@@ -45,6 +48,8 @@ class WorkerStats:
     seconds: float
     packets: int
     retransmissions: int
+    mean_window: float = 0.0  # the congestion controller's window, averaged over sends
+    max_queue_seen: int = 0  # largest queue an acknowledgement echoed
 
 
 class Worker:
@@ -58,7 +63,13 @@ class Worker:
         timeout: float = 0.05,
         max_retries: int = 50,
         bind: Address = ("127.0.0.1", 0),
+        controller: Controller | None = None,
+        ecn: bool = False,
     ) -> None:
+        """`window` is the job's pool of slots at every switch (chunks in flight never
+        exceed it); `controller` (agg_agent.congestion) sets how many of them may be in
+        flight, from the feedback acknowledgements carry; `ecn` sends ECN-capable
+        packets (ECT(0)), for switches that mark (DCTCP)."""
         if not 0 <= worker_id < fixed.workers:
             raise ValueError(f"worker_id: {worker_id} outside 0..{fixed.workers - 1}")
         if not 1 <= window <= 0xFFFF:
@@ -70,7 +81,10 @@ class Worker:
             timeout,
             max_retries,
         )
+        self.controller = controller if controller is not None else FixedWindow(float(window))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if ecn:
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
         self.sock.bind(bind)
         self.address: Address = self.sock.getsockname()
         self.next_seq = 0
@@ -104,12 +118,18 @@ class Worker:
         tries: dict[int, int] = {}
         low = nxt = 0  # oldest unacknowledged chunk, next chunk never sent
         packets = retrans = 0
+        window_sum = 0.0
+        queue_seen = 0
+        cc = self.controller
         start = time.perf_counter()
         while low < chunks:
-            while nxt < chunks and nxt < low + self.window:
+            # in flight: chunks sent and not acknowledged, within the pool's window
+            limit = min(self.window, max(1, int(cc.window)))
+            while nxt < chunks and nxt < low + self.window and len(sent_at) < limit:
                 self.sock.sendto(self._packet(first + nxt, lanes[nxt], 0), self.target)
                 sent_at[nxt], tries[nxt] = time.perf_counter(), 0
                 packets += 1
+                window_sum += cc.window
                 nxt += 1
             now = time.perf_counter()
             for c in [c for c, t in sent_at.items() if now - t >= self.timeout]:
@@ -122,6 +142,7 @@ class Worker:
                 sent_at[c] = now
                 packets += 1
                 retrans += 1
+                cc.on_timeout()
             wait = min(sent_at.values(), default=now) + self.timeout - time.perf_counter()
             self.sock.settimeout(max(wait, 1e-4))
             try:
@@ -136,10 +157,19 @@ class Worker:
             if ack.is_ack and ack.job_id == self.job_id and 0 <= c < chunks and not acked[c]:
                 acked[c] = True
                 sent_at.pop(c, None)
+                cc.on_ack(ack)
+                queue_seen = max(queue_seen, ack.max_queue)
                 while low < chunks and acked[low]:
                     low += 1
         self.next_seq = first + chunks
-        stats = WorkerStats(self.iteration, time.perf_counter() - start, packets, retrans)
+        stats = WorkerStats(
+            self.iteration,
+            time.perf_counter() - start,
+            packets,
+            retrans,
+            window_sum / max(1, packets - retrans),
+            queue_seen,
+        )
         self.iteration += 1
         return stats
 
@@ -158,6 +188,8 @@ class IterationResult:
 class _Chunk:
     bitmap: int = 0
     acc: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(LANES, np.int64))
+    queue: int = 0  # the longest queue any of its packets met
+    ce: bool = False  # one of its packets arrived marked CE
 
 
 class ParameterServer:
@@ -177,16 +209,31 @@ class ParameterServer:
         self.chunks = chunk_count(size)
         self.all_mask = (1 << fixed.workers) - 1
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         self.sock.bind(bind)
         self.address: Address = self.sock.getsockname()
 
     def close(self) -> None:
         self.sock.close()
 
-    def _ack(self, seq: int, mask: int) -> None:
+    def _recv(self) -> tuple[bytes, bool]:
+        """A datagram, and whether it arrived marked CE."""
+        data, anc, _, _ = self.sock.recvmsg(2048, socket.CMSG_SPACE(1))
+        ce = any(
+            level == socket.IPPROTO_IP and kind == socket.IP_TOS and raw and raw[0] & 3 == 3
+            for level, kind, raw in anc
+        )
+        return data, ce
+
+    def _ack(self, seq: int, mask: int, queue: int = 0, ce: bool = False) -> None:
+        """Acknowledge `seq` to the workers in `mask`, echoing the congestion it met."""
+        flags = FLAG_ACK | (FLAG_ECN_ECHO if ce else 0)
         for w in range(self.fixed.workers):
             if mask >> w & 1:
-                pkt = AggPacket(self.job_id, seq % 0x10000, w, self.fixed.workers, seq, 0, FLAG_ACK)
+                pkt = AggPacket(
+                    self.job_id, seq % 0x10000, w, self.fixed.workers, seq, 0, flags,
+                    max_queue=queue,
+                )  # fmt: skip
                 self.sock.sendto(pkt.encode(), self.workers[w])
 
     def run(
@@ -214,7 +261,7 @@ class ParameterServer:
                 )
             self.sock.settimeout(0.05)
             try:
-                data = self.sock.recv(2048)
+                data, ce = self._recv()
             except TimeoutError:
                 continue
             try:
@@ -225,7 +272,7 @@ class ParameterServer:
                 continue
             seq = pkt.seq
             if seq < done_upto or seq in done_ahead or linger_until is not None:
-                self._ack(seq, pkt.contributors & self.all_mask)
+                self._ack(seq, pkt.contributors & self.all_mask, pkt.max_queue, ce)
                 continue
             it, c = divmod(seq, self.chunks)
             if it != len(results):
@@ -234,6 +281,7 @@ class ParameterServer:
                 cur = IterationResult(it, np.zeros(0), 0.0)
                 cur_start = time.perf_counter()
             ch = open_chunks.setdefault(seq, _Chunk())
+            ch.queue, ch.ce = max(ch.queue, pkt.max_queue), ch.ce or ce
             if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:
                 cur.duplicates += 1
                 continue
@@ -252,7 +300,7 @@ class ParameterServer:
             while done_upto in done_ahead:
                 done_ahead.discard(done_upto)
                 done_upto += 1
-            self._ack(seq, self.all_mask)
+            self._ack(seq, self.all_mask, ch.queue, ch.ce)
             remaining -= 1
             if remaining == 0:
                 cur.seconds = time.perf_counter() - cur_start

@@ -87,6 +87,11 @@ TC_SET_CLASS_PARAMS = ("class",)
 TC_COUNTER = "IngressPipe.traffic_class.traffic_class_counter"
 TC_CLASSES = 8  # v1model's 3-bit priority; simple_switch needs --priority-queues 8
 
+# Congestion feedback (congestion.p4): the ECN marking threshold, in packets (0: off).
+ECN_TABLE = "EgressPipe.congestion.ecn_marking"
+ECN_SET_THRESHOLD = "EgressPipe.congestion.set_ecn_threshold"
+ECN_SET_THRESHOLD_PARAMS = ("packets",)
+
 # Packet I/O (ONOS's interpreter reads and writes these metadata).
 PACKET_IN = "packet_in"
 PACKET_IN_METADATA = ("ingress_port",)
@@ -101,6 +106,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     INT_SWITCH_TABLE: (),
     REPORT_TABLE: (),
     TC_TABLE: TC_MATCH_FIELDS,
+    ECN_TABLE: (),
 }
 ACTIONS: dict[str, tuple[str, ...]] = {
     FWD_SET_EGRESS_PORT: FWD_SET_EGRESS_PORT_PARAMS,
@@ -112,6 +118,7 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     INT_SET_SWITCH: INT_SET_SWITCH_PARAMS,
     REPORT_SET_COLLECTOR: REPORT_SET_COLLECTOR_PARAMS,
     TC_SET_CLASS: TC_SET_CLASS_PARAMS,
+    ECN_SET_THRESHOLD: ECN_SET_THRESHOLD_PARAMS,
 }
 REGISTERS: tuple[str, ...] = (*AGG_REGISTERS, INT_TX_UTILIZATION_REGISTER)
 CONTROLLER_HEADERS: dict[str, tuple[str, ...]] = {

@@ -19,6 +19,7 @@ UDP_PORT = p4names.AGG_UDP_PORT
 FLAG_AGGREGATED = 0x01
 FLAG_RETRANSMIT = 0x02
 FLAG_ACK = 0x04
+FLAG_ECN_ECHO = 0x08  # in an acknowledgement: its chunk arrived marked CE
 
 _HEADER = struct.Struct("!HHBBBBII")
 _VALUES = struct.Struct(f"!{LANES}i")
@@ -40,6 +41,9 @@ class AggPacket:
     contributors: int
     flags: int = 0
     values: tuple[int, ...] = field(default=(0,) * LANES)
+    # Longest egress queue the packet met (packets, 0-255; p4/include/congestion.p4);
+    # in an acknowledgement, the value its chunk arrived with.
+    max_queue: int = 0
 
     @property
     def is_ack(self) -> bool:
@@ -55,6 +59,7 @@ class AggPacket:
         _check("worker_id", self.worker_id, MAX_WORKERS - 1)
         _check("fan_in", self.fan_in, 0xFF)
         _check("flags", self.flags, 0xFF)
+        _check("max_queue", self.max_queue, 0xFF)
         _check("contributors", self.contributors, 0xFFFFFFFF)
         _check("seq", self.seq, 0xFFFFFFFF)
         if len(self.values) != LANES:
@@ -65,7 +70,7 @@ class AggPacket:
             self.worker_id,
             self.fan_in,
             self.flags,
-            0,
+            self.max_queue,
             self.contributors,
             self.seq,
         )
@@ -78,9 +83,9 @@ class AggPacket:
     def decode(cls, buf: bytes | bytearray | memoryview) -> AggPacket:
         if len(buf) < PACKET_BYTES:
             raise PacketError(f"length: {len(buf)} B, an aggregation packet has {PACKET_BYTES}")
-        job, slot, worker, fan_in, flags, _rsvd, contributors, seq = _HEADER.unpack_from(buf, 0)
+        job, slot, worker, fan_in, flags, queue, contributors, seq = _HEADER.unpack_from(buf, 0)
         values = _VALUES.unpack_from(buf, _HEADER.size)
-        return cls(job, slot, worker, fan_in, seq, contributors, flags, values)
+        return cls(job, slot, worker, fan_in, seq, contributors, flags, values, queue)
 
 
 def _check(name: str, value: int, top: int) -> None:
