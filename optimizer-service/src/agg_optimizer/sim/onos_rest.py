@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import re
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +37,22 @@ import networkx as nx
 # IntentsWebResource's own message; decoding a posted intent (IntentCodec) says "Application
 # ID is not found" instead.
 APP_ID_NOT_FOUND = "Application Id not found"
+# The innet-agg app's traffic-class resource (TrafficClassWebResource, JobClass,
+# TrafficClassManager, JobNumberRegistry).
+PRIORITY_PATH = "/onos/innet-agg/priority/"
+PIPECONF = "org.innetagg.bmv2"  # PipeconfLoader.PIPECONF_ID
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # JobPlacement.JOB_ID
+JOB_NUMBERS = 256  # JobNumberRegistry.JOB_NUMBERS (agg_job's size)
+MAX_CLASS = 7
+
+
+def _bad(status: int, message: str) -> tuple[int, Any]:
+    return status, {"code": status, "message": message}
+
+
+def _java(value: Any) -> str:
+    """A JSON value as Jackson's JsonNode.toString() writes it (`null` for a missing one)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _decodes_as_long(s: str) -> bool:
@@ -78,6 +95,9 @@ class OnosRest:
         # None: the ONOS app is not installed (its resource answers 404)
         self.aggregation: dict[str, Any] | None = {} if aggregation else None
         self.priority: dict[str, dict[str, Any]] = {}  # job -> document in force
+        # Ids of the devices running the innet-agg pipeconf; None: every device.
+        self.pipeconf_devices: set[str] | None = None
+        self.job_numbers: dict[str, int] = {}  # job -> its number at the switches
         # ONOS accepts an intent (201) before its store holds it; until then a lookup of the
         # key fails as for an unknown key. Lookups a new intent stays unknown for:
         self.unknown_lookups = 0
@@ -112,6 +132,16 @@ class OnosRest:
                 if self.headers.get("Authorization", "") != rest.credentials:
                     self._send(401, {"code": 401, "message": "Unauthorized"})
                     return
+                if (
+                    method == "POST"
+                    and self.path.startswith(PRIORITY_PATH)
+                    and rest.aggregation is not None
+                ):
+                    refused = self._refusal(raw)
+                    if refused is not None:
+                        self._send(*refused)
+                        return
+                    raw = raw if raw.strip() else b""  # a blank body is no document
                 try:
                     body = json.loads(raw) if raw else None
                 except ValueError:
@@ -125,6 +155,21 @@ class OnosRest:
                     for change in changes:
                         rest.on_change(*change)
                 self._send(code, out)
+
+            def _refusal(self, raw: bytes) -> tuple[int, Any] | None:
+                """What Jersey and the traffic-class resource answer before the document
+                is looked at: 415 for a body declared of another type than JSON (the
+                resource @Consumes JSON; Jetty's HTML page), 400 naming `body` for one
+                that does not parse as JSON; a body of no declared type is read."""
+                media = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+                if media not in ("", "application/json"):
+                    return 415, None
+                try:
+                    if raw.strip():
+                        json.loads(raw)
+                except ValueError as e:
+                    return _bad(400, f"body: not JSON ({getattr(e, 'msg', e)})")
+                return None
 
             def do_GET(self) -> None:
                 self._handle("GET")
@@ -173,37 +218,79 @@ class OnosRest:
             return self._intents(method, p[1:], body)
         return 404, {"code": 404, "message": "HTTP 404 Not Found"}
 
-    def _priority(self, method: str, job: str, body: Any) -> tuple[int, Any]:
-        def bad(msg: str) -> tuple[int, Any]:
-            return 400, {"code": 400, "message": msg}
+    def _ours(self, device: dict[str, Any]) -> bool:
+        if self.pipeconf_devices is None:
+            return True
+        return device["id"] in self.pipeconf_devices
 
+    def _priority(self, method: str, job: str, body: Any) -> tuple[int, Any]:
+        """The app's checks in the app's order, with its statuses and messages; the posted
+        document is echoed with the switches written and `p4_job_id`."""
         if method == "GET":
             doc = self.priority.get(job)
             if doc is None:
-                return 404, {"code": 404, "message": f"job {job}: no traffic class"}
+                return _bad(404, f"job: no traffic class for '{job}'")
             return 200, doc
         if method == "DELETE":
             if self.priority.pop(job, None) is not None:
+                self.job_numbers.pop(job, None)
                 self._changes.append(("priority", job, None))
             return 204, None
+        if method != "POST":
+            return 405, None
+        # JobClass.decode: everything that needs no devices, in this order.
+        if not JOB_ID.fullmatch(job):
+            return _bad(400, f"job: '{job}' does not match {JOB_ID.pattern}")
         if not isinstance(body, dict):
-            return bad("body: not a JSON object")
-        if body.get("job_id") != job:
-            return bad(f"job_id: {body.get('job_id')!r} is not {job}")
+            return _bad(400, "body: a traffic-class document (JSON object) expected")
+        jid = body.get("job_id")
+        if not isinstance(jid, str) or not jid:
+            return _bad(400, "job_id: a non-empty string expected")
+        if jid != job:
+            return _bad(400, f"job_id: '{jid}' is not the job of the path, '{job}'")
         cls = body.get("priority_class")
-        if isinstance(cls, bool) or not isinstance(cls, int) or not 0 <= cls <= 7:
-            return bad(f"priority_class: {cls!r} is not an integer in 0..7")
-        known = [d["id"] for d in self.devices.get("devices", [])]
-        switches = body.get("switches", known)
-        if not isinstance(switches, list):
-            return bad("switches: not a list")
-        for i, sw in enumerate(switches):
-            if sw not in known:
-                return bad(f"switches[{i}]: unknown device {sw!r}")
-            if sw in switches[:i]:
-                return bad(f"switches[{i}]: {sw} twice")
+        if isinstance(cls, bool) or not isinstance(cls, int) or not 0 <= cls <= MAX_CLASS:
+            got = _java(cls)
+            return _bad(400, f"priority_class: an integer 0..{MAX_CLASS} expected, got {got}")
+        listed = body.get("switches")
+        if listed is not None:
+            if not isinstance(listed, list):
+                return _bad(400, "switches: a list of device ids expected")
+            for i, sw in enumerate(listed):
+                if not isinstance(sw, str) or not sw:
+                    return _bad(400, f"switches[{i}]: a device id (string) expected")
+                if sw in listed[:i]:
+                    before = listed.index(sw)
+                    return _bad(400, f"switches[{i}]: '{sw}' is listed twice (switches[{before}])")
+        # TrafficClassManager: the listed switches (every 400 before any 503), or by default
+        # every available device of ours, by id.
+        devices = {d["id"]: d for d in self.devices.get("devices", [])}
+        if listed is None:
+            switches = sorted(
+                i for i, d in devices.items() if d.get("available", True) and self._ours(d)
+            )
+        else:
+            for i, sw in enumerate(listed):
+                if sw not in devices:
+                    return _bad(400, f"switches[{i}]: unknown device '{sw}'")
+                if not self._ours(devices[sw]):
+                    return _bad(
+                        400,
+                        f"switches[{i}]: device '{sw}' does not run the innet-agg pipeconf"
+                        f" ({PIPECONF})",
+                    )
+            for i, sw in enumerate(listed):
+                if not devices[sw].get("available", True):
+                    return _bad(503, f"switches[{i}]: device '{sw}' is not available")
+            switches = list(listed)
+        number = self.job_numbers.get(job)
+        if number is None:
+            free = sorted(set(range(JOB_NUMBERS)) - set(self.job_numbers.values()))
+            if not free:
+                return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
+            number = self.job_numbers[job] = free[0]
         new = job not in self.priority
-        doc = {"job_id": job, "priority_class": cls, "switches": switches}
+        doc = {**body, "switches": switches, "p4_job_id": number}
         self.priority[job] = doc
         self._changes.append(("priority", job, doc))
         return (201 if new else 200), doc
