@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agg_agent.p4names import TC_CLASSES
 from agg_optimizer.service import onosd
 from p4 import bmv2
 
@@ -172,6 +173,9 @@ class Fabric:
                 *(binary, "--no-p4", "--device-id", "1", "--thrift-port", str(sw.thrift)),
                 *ifaces,
                 *("--", "--grpc-server-addr", f"127.0.0.1:{sw.grpc}", "--cpu-port", "255"),
+                # one queue per traffic class (priority.p4): without them bmv2 drops the
+                # packets of any class above 0 the scheduler gives a job
+                *("--priority-queues", str(TC_CLASSES)),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

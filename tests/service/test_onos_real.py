@@ -8,6 +8,9 @@ ONOS"); skipped with the reason where it is missing.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service import onosd
@@ -68,3 +71,61 @@ def test_reconcile_resubmits_intents_onos_lost(
     assert states == dict.fromkeys(keys, "INSTALLED")
     assert onos_service.delete("/api/v1/jobs/j2").status_code == 200
     onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
+
+
+def test_scheduled_classes_reach_onos_and_leave_with_the_job(
+    onos_real: onosd.OnosServer, influx: Any, bucket: str, tmp_path: Path
+) -> None:
+    """Issue 17 on a real ONOS: with a scheduling policy the service writes each placed
+    job's class through the app's traffic-class resource, which holds it; a change of
+    order rewrites both classes; deleting the job removes its class."""
+    from agg_optimizer.service.app import create_app
+    from agg_optimizer.service.settings import Settings
+
+    settings = Settings(
+        onos_url=onos_real.url,
+        influx_url=influx.url,
+        influx_bucket=bucket,
+        db_path=tmp_path / "db",
+        reoptimize_period_s=0,
+        intent_wait_s=60,
+        schedule_policy="jpas",
+        schedule_classes=3,
+    )
+    app = create_app(settings, loop=False)
+    with TestClient(app, headers={"Content-Type": "application/json"}) as svc:
+        try:
+            for jid in ("c1", "c2"):
+                assert svc.post("/api/v1/jobs", json=job(onos_real, jid)).status_code == 201
+                assert svc.post(f"/api/v1/jobs/{jid}/placement").json()["status"] == "applied"
+            for jid, p in (("c1", 0.8), ("c2", 0.1)):
+                r = svc.post(f"/api/v1/jobs/{jid}/progress", json={"progress": p, "stage": 0})
+                assert r.status_code == 200, r.text
+            out = svc.post("/api/v1/schedule/apply").json()
+            assert out["status"] == "ok" and out["order"] == ["c2", "c1"], out
+
+            def held() -> dict[str, int]:
+                got = {}
+                for jid in ("c1", "c2"):
+                    r = onos_real.request("GET", f"/onos/innet-agg/priority/{jid}")
+                    if r.status_code == 200:
+                        got[jid] = r.json()["priority_class"]
+                return got
+
+            assert held() == {"c2": 2, "c1": 1}
+            # The null providers' devices do not run our pipeconf: the app keeps the class
+            # and writes no entry (tests/onos/test_bmv2_device.py sees entries on bmv2).
+            doc = onos_real.request("GET", "/onos/innet-agg/priority/c1").json()
+            assert doc["switches"] == [] and onos_real.table_flows(".traffic_class") == [], doc
+            r = svc.post("/api/v1/jobs/c2/progress", json={"progress": 0.95, "stage": 0})
+            assert r.status_code == 200, r.text
+            assert svc.post("/api/v1/schedule/apply").json()["written"] == {"c1": 2, "c2": 1}
+            assert held() == {"c1": 2, "c2": 1}
+            assert svc.delete("/api/v1/jobs/c2").status_code == 200
+            assert held() == {"c1": 2}
+        finally:
+            for jid in ("c1", "c2"):
+                svc.delete(f"/api/v1/jobs/{jid}")
+    app.state.service.close()
+    for jid in ("c1", "c2"):
+        assert onos_real.request("GET", f"/onos/innet-agg/priority/{jid}").status_code == 404
