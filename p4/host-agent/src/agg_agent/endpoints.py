@@ -50,6 +50,8 @@ class WorkerStats:
     retransmissions: int
     mean_window: float = 0.0  # the congestion controller's window, averaged over sends
     max_queue_seen: int = 0  # largest queue an acknowledgement echoed
+    # echoed queue (packets) -> acknowledgements that carried it
+    queue_counts: dict[int, int] = field(default_factory=dict)
 
 
 class Worker:
@@ -119,7 +121,7 @@ class Worker:
         low = nxt = 0  # oldest unacknowledged chunk, next chunk never sent
         packets = retrans = 0
         window_sum = 0.0
-        queue_seen = 0
+        queues: dict[int, int] = {}
         cc = self.controller
         start = time.perf_counter()
         while low < chunks:
@@ -158,7 +160,7 @@ class Worker:
                 acked[c] = True
                 sent_at.pop(c, None)
                 cc.on_ack(ack)
-                queue_seen = max(queue_seen, ack.max_queue)
+                queues[ack.max_queue] = queues.get(ack.max_queue, 0) + 1
                 while low < chunks and acked[low]:
                     low += 1
         self.next_seq = first + chunks
@@ -168,7 +170,8 @@ class Worker:
             packets,
             retrans,
             window_sum / max(1, packets - retrans),
-            queue_seen,
+            max(queues, default=0),
+            queues,
         )
         self.iteration += 1
         return stats
