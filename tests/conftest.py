@@ -60,23 +60,36 @@ def built_oar() -> Path | None:
 
 
 @pytest.fixture
-def onos_service(onos_real: onosd.OnosServer, influx: InfluxServer, bucket: str, tmp_path: Path):
+def real_onos_settings(
+    onos_real: onosd.OnosServer, influx: InfluxServer, bucket: str, tmp_path: Path
+):
+    """Settings of the service against the session's real ONOS, no control loop:
+    `real_onos_settings(**overrides)` (e.g. a scheduling policy)."""
+    from agg_optimizer.service.settings import Settings
+
+    def make(**kw: object) -> Settings:
+        return Settings(
+            onos_url=onos_real.url,
+            influx_url=influx.url,
+            influx_bucket=bucket,
+            db_path=tmp_path / "db",
+            reoptimize_period_s=0,
+            intent_wait_s=60,
+            **kw,
+        )
+
+    return make
+
+
+@pytest.fixture
+def onos_service(real_onos_settings):
     """The optimizer service against the session's real ONOS (no control loop), through
     FastAPI's TestClient; its intents go under the default app id."""
     from fastapi.testclient import TestClient
 
     from agg_optimizer.service.app import create_app
-    from agg_optimizer.service.settings import Settings
 
-    settings = Settings(
-        onos_url=onos_real.url,
-        influx_url=influx.url,
-        influx_bucket=bucket,
-        db_path=tmp_path / "db",
-        reoptimize_period_s=0,
-        intent_wait_s=60,
-    )
-    app = create_app(settings, loop=False)
+    app = create_app(real_onos_settings(), loop=False)
     with TestClient(app, headers={"Content-Type": "application/json"}) as c:
         yield c
     app.state.service.close()

@@ -294,3 +294,14 @@ class Hosts:
             stderr=subprocess.PIPE,
             text=True,
         )
+
+
+def bottleneck(sw: Bmv2, port: int, dst_ip_last: int, rate: int, depth: int) -> None:
+    """Forward IPv4 to 10.0.0.`dst_ip_last` out of `port`, drained at `rate` packets/s
+    through a queue of `depth` packets (simple_switch's set_queue_rate and depth)."""
+    key = ["0&&&0"] * 5 + [f"0x0a0000{dst_ip_last:02x}&&&0xffffffff"] + ["0&&&0"] * 3
+    sw.cli(
+        f"table_add {p4names.FWD_TABLE} {p4names.FWD_SET_EGRESS_PORT} {' '.join(key)} => {port} 10",
+        f"set_queue_rate {rate} {port}",
+        f"set_queue_depth {depth} {port}",
+    )

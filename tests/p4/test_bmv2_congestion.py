@@ -27,18 +27,12 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 RX = 4
 RATE, DEPTH = 100, 400  # packets/s and the queue's depth on port RX
 BURST = 60
-ANY = "0&&&0"
 
 
 @pytest.fixture(scope="module")
 def switch() -> Iterator[bmv2.Bmv2]:
     with bmv2.Bmv2([1, RX]) as sw:
-        key = [ANY] * 5 + ["0x0a000004&&&0xffffffff"] + [ANY] * 3
-        sw.cli(
-            f"table_add {n.FWD_TABLE} {n.FWD_SET_EGRESS_PORT} {' '.join(key)} => {RX} 10",
-            f"set_queue_rate {RATE} {RX}",
-            f"set_queue_depth {DEPTH} {RX}",
-        )
+        bmv2.bottleneck(sw, RX, RX, RATE, DEPTH)
         yield sw
 
 

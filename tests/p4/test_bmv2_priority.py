@@ -37,12 +37,7 @@ ANY = "0&&&0"
 @pytest.fixture(scope="module")
 def switch() -> Iterator[bmv2.Bmv2]:
     with bmv2.Bmv2([1, 2, RX], target_args=("--priority-queues", "8")) as sw:
-        key = [ANY] * 5 + ["0x0a000004&&&0xffffffff"] + [ANY] * 3
-        sw.cli(
-            f"table_add {n.FWD_TABLE} {n.FWD_SET_EGRESS_PORT} {' '.join(key)} => {RX} 10",
-            f"set_queue_rate {RATE} {RX}",
-            f"set_queue_depth {DEPTH} {RX}",
-        )
+        bmv2.bottleneck(sw, RX, RX, RATE, DEPTH)
         yield sw
 
 

@@ -8,7 +8,6 @@ ONOS"); skipped with the reason where it is missing.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -74,24 +73,14 @@ def test_reconcile_resubmits_intents_onos_lost(
 
 
 def test_scheduled_classes_reach_onos_and_leave_with_the_job(
-    onos_real: onosd.OnosServer, influx: Any, bucket: str, tmp_path: Path
+    onos_real: onosd.OnosServer, real_onos_settings: Any
 ) -> None:
     """Issue 17 on a real ONOS: with a scheduling policy the service writes each placed
     job's class through the app's traffic-class resource, which holds it; a change of
     order rewrites both classes; deleting the job removes its class."""
     from agg_optimizer.service.app import create_app
-    from agg_optimizer.service.settings import Settings
 
-    settings = Settings(
-        onos_url=onos_real.url,
-        influx_url=influx.url,
-        influx_bucket=bucket,
-        db_path=tmp_path / "db",
-        reoptimize_period_s=0,
-        intent_wait_s=60,
-        schedule_policy="jpas",
-        schedule_classes=3,
-    )
+    settings = real_onos_settings(schedule_policy="jpas", schedule_classes=3)
     app = create_app(settings, loop=False)
     with TestClient(app, headers={"Content-Type": "application/json"}) as svc:
         try:
