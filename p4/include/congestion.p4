@@ -51,10 +51,13 @@ control CongestionFeedback(inout headers_t hdr, inout local_metadata_t local_met
                 hdr.udp.checksum = 0;  // a zero UDP checksum over IPv4 means "none"
             }
         }
-        ecn_marking.apply();
-        if (hdr.ipv4.isValid() && hdr.ipv4.ecn != 0 && ecn_threshold != 0
-                && q >= ecn_threshold) {
-            hdr.ipv4.ecn = 3;  // CE; the IPv4 checksum is recomputed in ComputeChecksumImpl
+        // The table is looked up only for ECN-capable packets: a lookup per packet costs
+        // bmv2 more than the rest of this block.
+        if (hdr.ipv4.isValid() && hdr.ipv4.ecn != 0) {
+            ecn_marking.apply();
+            if (ecn_threshold != 0 && q >= ecn_threshold) {
+                hdr.ipv4.ecn = 3;  // CE; the IPv4 checksum is recomputed in ComputeChecksumImpl
+            }
         }
     }
 }

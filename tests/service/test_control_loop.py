@@ -82,3 +82,24 @@ def test_the_loop_moves_the_job_off_a_congested_link_and_stays(client: TestClien
         out = svc.step()
         assert out["changed"] == [], out
     assert svc.store.current("j")["placement"]["worker_paths"] == moved["worker_paths"]
+
+
+def test_a_few_milliseconds_do_not_move_a_job(client: TestClient) -> None:
+    """A small job's CCT is a few ms: a link of its tree half used makes the other route
+    look far better relatively, but the saving is under `min_improvement_s` (5 ms), so the
+    job stays; with the absolute threshold off, the relative one alone moves it."""
+    small = {**JOB, "id": "s", "update_bytes": 1_000_000}
+    assert client.post("/api/v1/jobs", json=small).status_code == 201
+    assert client.post("/api/v1/jobs/s/placement").json()["status"] == "applied"
+    svc: Service = client.app.state.service
+    cur = svc.store.current("s")["placement"]
+    (path,) = {tuple(p[1:-1]) for p in cur["worker_paths"].values()}
+    other = ["device:leaf1", "device:spine2", "device:leaf2"]
+    if list(path) == other:
+        other = ["device:leaf1", "device:spine1", "device:leaf2"]
+    alt = _via(cur, other)
+    job = svc.store.job("s")
+    view = _view(svc, [_hot(path[-2], path[-1], 0.5)])
+    assert not svc._worth_moving(view, job, cur, alt)
+    svc.s = svc.s.model_copy(update={"min_improvement_s": 0.0})
+    assert svc._worth_moving(view, job, cur, alt)

@@ -1005,9 +1005,9 @@ class Service:
                 moves[jid] = (strat, jp)
 
     def _worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
-        """Whether the new placement's predicted CCT is `min_improvement` below the applied
-        one's, both judged alone on this view's link state; a placement that no longer fits
-        the fabric is always left."""
+        """Whether the new placement's predicted CCT is `min_improvement` (and at least
+        `min_improvement_s`) below the applied one's, both judged alone on this view's link
+        state; a placement that no longer fits the fabric is always left."""
         inst = self._instance(view, [job])
         net = Network.from_instance(inst)
         spec = inst.jobs[0]
@@ -1019,7 +1019,9 @@ class Service:
         before, after = cct(old), cct(new)
         if before is None or after is None:
             return True
-        move = after < before * (1.0 - self.s.min_improvement)
+        move = after < before * (1.0 - self.s.min_improvement) and (
+            before - after >= self.s.min_improvement_s
+        )
         if move:
             log.info(
                 "moving job %s: predicted CCT %.4f s -> %.4f s on this view's link state "
