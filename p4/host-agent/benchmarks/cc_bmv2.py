@@ -66,7 +66,16 @@ while time.monotonic() < end:
             rtts.append(time.monotonic() - sent.pop(k))
     except TimeoutError:
         pass
-time.sleep(0.3)
+# replies to the last probes still in flight: read them, not count them lost
+drain = time.monotonic() + 0.5
+while sent and time.monotonic() < drain:
+    try:
+        data = s.recv(2048)
+        k = int.from_bytes(data[:4], "big")
+        if k in sent:
+            rtts.append(time.monotonic() - sent.pop(k))
+    except TimeoutError:
+        pass
 print(json.dumps({"sent": seq, "rtts": rtts}))
 """
 
