@@ -52,6 +52,13 @@ if mode == "echo":
 s.settimeout(0.001)
 sent, rtts, seq, end = {}, [], 0, time.monotonic() + duration
 nxt = time.monotonic()
+def take_reply():
+    try:
+        k = int.from_bytes(s.recv(2048)[:4], "big")
+        if k in sent:
+            rtts.append(time.monotonic() - sent.pop(k))
+    except TimeoutError:
+        pass
 while time.monotonic() < end:
     now = time.monotonic()
     if now >= nxt:
@@ -59,23 +66,11 @@ while time.monotonic() < end:
         sent[seq] = now
         seq += 1
         nxt += period
-    try:
-        data = s.recv(2048)
-        k = int.from_bytes(data[:4], "big")
-        if k in sent:
-            rtts.append(time.monotonic() - sent.pop(k))
-    except TimeoutError:
-        pass
+    take_reply()
 # replies to the last probes still in flight: read them, not count them lost
 drain = time.monotonic() + 0.5
 while sent and time.monotonic() < drain:
-    try:
-        data = s.recv(2048)
-        k = int.from_bytes(data[:4], "big")
-        if k in sent:
-            rtts.append(time.monotonic() - sent.pop(k))
-    except TimeoutError:
-        pass
+    take_reply()
 print(json.dumps({"sent": seq, "rtts": rtts}))
 """
 
