@@ -140,8 +140,25 @@ def gossip(
         str, typer.Option(help="Peer plan: file or URL (GET /api/v1/jobs/{id}/peers).")
     ] = "",
     mode: Annotated[
-        str, typer.Option(help="gossip (peers from the plan) or allreduce (synchronous ring).")
+        str,
+        typer.Option(
+            help="gossip (peers from the plan), allreduce (synchronous ring), ps (synchronous"
+            " parameter server on --ps-index) or prague (random groups of --group, partial"
+            " all-reduce)."
+        ),
     ] = "gossip",
+    group: Annotated[
+        int | None, typer.Option(help="prague: workers per group, at least 2 (4 if not given).")
+    ] = None,
+    ps_index: Annotated[
+        int | None, typer.Option(help="ps: the worker that hosts the server (0 if not given).")
+    ] = None,
+    refresh_s: Annotated[
+        float | None,
+        typer.Option(
+            help="gossip: re-read this worker's row from --probabilities every this many s."
+        ),
+    ] = None,
     duration_s: Annotated[float, typer.Option(min=0.1)] = 30.0,
     features: Annotated[int, typer.Option(min=1)] = 200,
     data_seed: Annotated[int, typer.Option(min=0)] = 0,
@@ -150,34 +167,80 @@ def gossip(
     log: Annotated[Path | None, typer.Option(help="JSON lines: time, loss on all shards.")] = None,
 ) -> None:
     """Decentralized training: asynchronous gossip SGD with one peer per iteration drawn
-    from the plan's probabilities (docs/peers.md)."""
-    from agg_agent.gossip import AllReduceWorker, GossipWorker, Problem, load_probabilities
+    from the plan's probabilities, or one of its synchronous baselines (docs/peers.md).
+    Prints one JSON line of counts at the end."""
+    from agg_agent.gossip import (
+        AllReduceWorker,
+        GossipWorker,
+        PragueWorker,
+        Problem,
+        PSWorker,
+        load_probabilities,
+    )
 
+    modes = ("gossip", "allreduce", "ps", "prague")
+    if mode not in modes:
+        raise typer.BadParameter(f"mode: {mode!r} is not one of {', '.join(modes)}")
     addrs = [_address(a, "peers") for a in peers.split(",")]
     if me >= len(addrs):
         raise typer.BadParameter(f"me: {me} is not an index of the {len(addrs)} peers")
-    if mode == "allreduce":
-        ar = AllReduceWorker(me, addrs, Problem(len(addrs), features, seed=data_seed), lr,
-                             compute_s)  # fmt: skip
-        try:
-            ar.connect()
-            ar.run(duration_s, log)
-        finally:
-            ar.close()
-        return
+    # An option the mode ignores is refused: the run would not be the one asked for.
+    for name, value, its_mode in (
+        ("--group", group, "prague"),
+        ("--ps-index", ps_index, "ps"),
+        ("--refresh-s", refresh_s, "gossip"),
+    ):
+        if value is not None and mode != its_mode:
+            raise typer.BadParameter(f"{name}: only --mode {its_mode} uses it, not {mode}")
+    if group is not None and group < 2:
+        raise typer.BadParameter(f"--group: {group} is below 2 (a group of one averages nothing)")
+    if ps_index is not None and not 0 <= ps_index < len(addrs):
+        raise typer.BadParameter(
+            f"--ps-index: {ps_index} is not an index of the {len(addrs)} peers"
+        )
+    if refresh_s is not None and not 0 < refresh_s < float("inf"):
+        raise typer.BadParameter(f"--refresh-s: {refresh_s:g} is not a positive number of seconds")
+    problem = Problem(len(addrs), features, seed=data_seed)
+    counts: dict[str, object] = {"role": "gossip", "mode": mode, "me": me}
     if mode != "gossip":
-        raise typer.BadParameter(f"mode: {mode!r} is not gossip or allreduce")
+        sync: AllReduceWorker | PSWorker | PragueWorker
+        if mode == "allreduce":
+            sync = AllReduceWorker(me, addrs, problem, lr, compute_s)
+        elif mode == "ps":
+            sync = PSWorker(me, addrs, problem, ps_index or 0, lr, compute_s)
+        else:  # the partitions come from --data-seed too, so one seed fixes a run
+            sync = PragueWorker(me, addrs, problem, group or 4, lr, compute_s, seed=data_seed)
+        try:
+            sync.connect()
+            sync.run(duration_s, log)
+        finally:
+            sync.close()
+        kept = {
+            "allreduce": ("rounds",),
+            "ps": ("rounds", "ps_index"),
+            "prague": ("rounds", "averaged_rounds", "alone_rounds", "failed_rounds"),
+        }[mode]
+        counts |= {k: getattr(sync, k) for k in kept}
+        print(json.dumps(counts), flush=True)
+        return
+    if refresh_s is not None and not probabilities:
+        raise typer.BadParameter("--refresh-s: needs --probabilities, the plan to re-read")
     try:
         p = load_probabilities(probabilities, me, [f"{h}:{pt}" for h, pt in addrs])
     except (OSError, ValueError, KeyError) as e:
         raise typer.BadParameter(f"probabilities: {e}") from None
-    w = GossipWorker(me, addrs, Problem(len(addrs), features, seed=data_seed), p, lr, compute_s)
+    w = GossipWorker(me, addrs, problem, p, lr, compute_s, source=probabilities,
+                     refresh_s=refresh_s or 0.0)  # fmt: skip
     try:
         w.wait_for_peers()
         w.run(duration_s, log)
         time.sleep(1.0)  # serve the peers still running
     finally:
         w.close()
+    kept = ("iterations", "exchanges_served", "failed_exchanges", "plan_changes",
+            "refresh_failures")  # fmt: skip
+    counts |= {k: getattr(w, k) for k in kept}
+    print(json.dumps(counts), flush=True)
 
 
 def main() -> None:
