@@ -3,6 +3,8 @@ on the topology ONOS reports and the telemetry in InfluxDB (stand-in ONOS, real 
 
 from __future__ import annotations
 
+import time
+
 from fastapi.testclient import TestClient
 
 H1, H2, H3, H4 = (f"00:00:00:00:00:0{i}/None" for i in range(1, 5))
@@ -45,3 +47,57 @@ def test_bad_peer_requests_name_the_field(client: TestClient) -> None:
                                       "update_bytes": 1000})  # fmt: skip
     r = client.get("/api/v1/jobs/one/peers")
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "workers", r.text
+
+
+def test_a_plan_follows_the_telemetry_and_pollers_share_one_solve(
+    settings, onos, influx, bucket: str, monkeypatch
+) -> None:
+    """Workers poll their plan (`agg-agent gossip --refresh-s`): every poll of one view gets
+    the same answer from one solve, and the next view's telemetry moves the peers."""
+    from datetime import UTC, datetime
+
+    from influxdb_client import InfluxDBClient, Point, WritePrecision
+    from influxdb_client.client.write_api import SYNCHRONOUS
+
+    import agg_optimizer.peers as peers_mod
+    from agg_optimizer.service.app import create_app
+
+    for i, d in enumerate(onos.devices["devices"]):
+        d["annotations"]["intSwitchId"] = str(i + 1)  # spine1=1 spine2=2 leaf1=3 leaf2=4
+    ids = {d["id"]: d["annotations"]["intSwitchId"] for d in onos.devices["devices"]}
+    settings = settings.model_copy(update={"view_max_age_s": 0.3})
+    app = create_app(settings, loop=False)
+    solves = []
+    real_plan = peers_mod.plan
+
+    def counting_plan(*a, **kw):  # the real solver, counted
+        solves.append(a[0])
+        return real_plan(*a, **kw)
+
+    monkeypatch.setattr(peers_mod, "plan", counting_plan)
+    try:
+        with TestClient(app, headers={"Content-Type": "application/json"}) as c:
+            c.post("/api/v1/jobs", json={"id": "g", "workers": [H1, H2, H3], "ps": H4,
+                                         "update_bytes": 50_000_000})  # fmt: skip
+            first = [c.get("/api/v1/jobs/g/peers").json() for _ in range(5)]
+            assert all(f == first[0] for f in first) and len(solves) == 1, solves
+            # every path out of leaf2 (H3's leaf) runs at 95%
+            hot = [(ln["src"]["device"], ln["src"]["port"]) for ln in onos.links["links"]
+                   if "device:leaf2" in (ln["src"]["device"], ln["dst"]["device"])]  # fmt: skip
+            now = datetime.now(UTC)
+            with (
+                InfluxDBClient(url=influx.url, token="", org="-") as ic,
+                ic.write_api(write_options=SYNCHRONOUS) as w,
+            ):
+                w.write(bucket=bucket, org="-", record=[
+                    Point("int_link").tag("switch", ids[d]).tag("port", p)
+                    .field("utilization", 0.95).time(now, WritePrecision.NS)
+                    for d, p in hot
+                ])  # fmt: skip
+            time.sleep(0.4)  # the view ages out
+            after = c.get("/api/v1/jobs/g/peers").json()
+    finally:
+        app.state.service.close()
+    assert len(solves) == 2
+    before_row, after_row = first[0]["probabilities"][H1], after["probabilities"][H1]
+    assert after_row[H2] > before_row[H2] + 0.1, (before_row, after_row)

@@ -151,18 +151,17 @@ def _gradient(p: np.ndarray, t: np.ndarray, c: np.ndarray, kappa: float, parts: 
 
 
 def _project_rows(y: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """Euclidean projection of each row onto the simplex of its allowed entries."""
-    out = np.zeros_like(y)
-    for i in range(len(y)):
-        idx = np.flatnonzero(allowed[i])
-        v = y[i, idx]
-        u = np.sort(v)[::-1]
-        css = np.cumsum(u) - 1.0
-        k = np.arange(1, len(u) + 1)
-        r = np.nonzero(u - css / k > 0)[0][-1]
-        theta = css[r] / (r + 1.0)
-        out[i, idx] = np.maximum(v - theta, 0.0)
-    return out
+    """Euclidean projection of each row onto the simplex of its allowed entries (every row
+    has one), all rows at once: sort descending, the largest k whose u_k exceeds
+    (sum of the top k - 1) / k sets the threshold."""
+    n = y.shape[1]
+    u = -np.sort(-np.where(allowed, y, -np.inf), axis=1)  # disallowed sort last
+    real = np.isfinite(u)
+    css = np.cumsum(np.where(real, u, 0.0), axis=1) - 1.0
+    ok = real & (u - css / np.arange(1, n + 1) > 0)  # the first entry always is
+    r = n - 1 - np.argmax(ok[:, ::-1], axis=1)
+    theta = css[np.arange(len(y)), r] / (r + 1.0)
+    return np.where(allowed, np.maximum(y - theta[:, None], 0.0), 0.0)
 
 
 def netmax(
