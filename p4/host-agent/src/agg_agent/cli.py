@@ -58,6 +58,14 @@ def worker(
     target_queue: Annotated[
         float, typer.Option(min=0.0, help="explicit: the queue to keep, packets.")
     ] = 1.0,
+    cc_step: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="explicit: additive increase per round trip, packets; the queue settles near "
+            "--target-queue + senders x this.",
+        ),
+    ] = 1.0,
     ecn: Annotated[
         bool, typer.Option(help="Send ECN-capable packets (on by default with --cc dctcp).")
     ] = False,
@@ -67,7 +75,7 @@ def worker(
         raise typer.BadParameter(f"--cc: {cc!r} is not one of {', '.join(congestion.SCHEMES)}")
     try:
         fixed = FixedPoint.for_bound(bound, workers)
-        extra = {"bdp": bdp, "target": target_queue} if cc == "explicit" else {}
+        extra = {"bdp": bdp, "target": target_queue, "step": cc_step} if cc == "explicit" else {}
         w = Worker(
             job,
             worker_id,
