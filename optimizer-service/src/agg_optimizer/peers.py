@@ -180,12 +180,15 @@ def netmax(
         if not np.isfinite(j):
             continue
         step = 0.05 / max(float(np.abs(_gradient(p, t, c, kappa, parts)).max()), 1e-300)
+        # No descent within 40 halvings of the first step: a stationary point (a uniform
+        # fabric), not worth the ~1000 halvings down to underflow it used to take.
+        floor = step * 1e-12
         for _ in range(iters):
             g = _gradient(p, t, c, kappa, parts)
             while True:
                 q = _project_rows(p - step * g, allowed)
                 jq, pq = evaluate(q, t, c, kappa)
-                if jq < j or step < 1e-300:
+                if jq < j or step < floor:
                     break
                 step *= 0.5
             if not jq < j:
