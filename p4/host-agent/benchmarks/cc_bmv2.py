@@ -252,7 +252,9 @@ def bmv2_port() -> int:
     return 48879  # the aggregation protocol's UDP port (the parser keys on it)
 
 
-def summarise(run: dict, rate: float, capacity: float) -> dict:
+def summarise(run: dict, rate: float, capacity: float, heartbeats_share: bool = True) -> dict:
+    """`heartbeats_share`: the heartbeats use the data's queue (class 0). In a class of
+    their own they do not take from its rate: bmv2 limits each priority queue separately."""
     queues: dict[int, int] = {}
     per_job: dict[int, list[float]] = {}
     total_pkts = 0
@@ -277,7 +279,7 @@ def summarise(run: dict, rate: float, capacity: float) -> dict:
     jain = sum(job_rates) ** 2 / (len(job_rates) * squares) if squares else float("nan")
     rtts = [x * 1e3 for x in run["probe"]["rtts"]]
     hb_pps = run["probe"]["sent"] / run["probe"]["seconds"]
-    other = hb_pps + run.get("background_pps", 0.0)
+    other = (hb_pps if heartbeats_share else 0.0) + run.get("background_pps", 0.0)
     sent = run["probe"]["sent"]
     return {
         "scheme": run["scheme"],
@@ -363,7 +365,8 @@ def main() -> None:
                         k = args.ecn_k if scheme == "dctcp" else 0
                         sw.cli(f"table_set_default {n.ECN_TABLE} {n.ECN_SET_THRESHOLD} {k}")
                         t0 = time.monotonic()
-                        got = summarise(run_once(h, args, scheme, probe, hops), args.rate, capacity)
+                        run_ = run_once(h, args, scheme, probe, hops)
+                        got = summarise(run_, args.rate, capacity, not args.heartbeat_class)
                         got["run"] = run
                         rows.append(got)
                         print(
