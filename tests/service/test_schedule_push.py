@@ -164,3 +164,22 @@ def test_standin_resource_refuses_bad_documents_naming_the_field(onos: StandinOn
         code, out = onos.route("POST", "/onos/innet-agg/priority/x", body)
         assert code == 400 and out["message"].startswith(f"{field}:"), (body, out)
     assert onos.priority == {}
+
+
+def test_a_class_no_switch_holds_is_reported_and_written_again(
+    jpas: TestClient, onos: StandinOnos
+) -> None:
+    """ONOS accepts a class when no device runs our pipeconf (201, `switches: []`, as the
+    real app answers): the status must not say ok, and the next run writes it again."""
+    _place(jpas, "a", [H1, H2])
+    onos.pipeconf_devices = set()  # no device of ours
+    r = jpas.post("/api/v1/schedule/apply")
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["status"] == "no-switch" and "a" in out["error"], out
+    assert out["held_by"] == {"a": []} and out["pushed"] == {"a": 2}
+    onos.pipeconf_devices = None  # every device runs it again
+    out = jpas.post("/api/v1/schedule/apply").json()
+    assert out["status"] == "ok" and out["written"] == {"a": 2}, out
+    assert out["held_by"]["a"] and out["held_by"]["a"] == onos.priority["a"]["switches"], out
+    assert jpas.post("/api/v1/schedule/apply").json()["written"] == {}  # held: not re-sent

@@ -77,7 +77,9 @@ class ScheduleState:
     """What the scheduler last pushed to the switches (docs/scheduling.md, "In the service")."""
 
     pushed: dict[str, int] = field(default_factory=dict)  # job -> class the app holds
-    status: str = "off"  # off, ok, app-not-installed, onos-unavailable, onos-error
+    held_by: dict[str, list[str]] = field(default_factory=dict)  # job -> switches with it
+    # off, ok, no-switch, app-not-installed, onos-unavailable, onos-error
+    status: str = "off"
     error: str | None = None
     runs: int = 0
     last_trigger: str | None = None
@@ -303,6 +305,7 @@ class Service:
                     self.store.drop_intent(key)
                 agg = self.aggregation.remove(job_id)
                 with self._sched_lock:
+                    self.sched.held_by.pop(job_id, None)
                     if self.sched.pushed.pop(job_id, None) is not None:
                         self.priority.remove(job_id)
             except OnosUnavailable as e:
@@ -431,21 +434,36 @@ class Service:
             removed: list[str] = []
             try:
                 for jid in sorted(want, key=s["order"].index):
-                    if st.pushed.get(jid) == want[jid]:
+                    # a class no switch took is written again: a device may run ours now
+                    if st.pushed.get(jid) == want[jid] and st.held_by.get(jid) != []:
                         continue
-                    if self.priority.apply(jid, want[jid]) == "app-not-installed":
+                    outcome, switches = self.priority.apply(jid, want[jid])
+                    if outcome == "app-not-installed":
                         st.status, st.error = (
                             "app-not-installed",
                             ("the innet-agg app's priority resource is missing from ONOS"),
                         )
                         break
                     st.pushed[jid] = written[jid] = want[jid]
+                    if switches is None:
+                        st.held_by.pop(jid, None)
+                    else:
+                        st.held_by[jid] = switches
                 else:
                     for jid in sorted(set(st.pushed) - set(want)):
                         self.priority.remove(jid)
                         del st.pushed[jid]
+                        st.held_by.pop(jid, None)
                         removed.append(jid)
-                    st.status, st.error = "ok", None
+                    unheld = sorted(j for j in st.pushed if st.held_by.get(j) == [])
+                    if unheld:
+                        st.status, st.error = (
+                            "no-switch",
+                            f"ONOS accepted the classes of {', '.join(unheld)} but no switch "
+                            "holds them: no device runs the innet-agg pipeconf",
+                        )
+                    else:
+                        st.status, st.error = "ok", None
             except OnosUnavailable as e:
                 st.status, st.error = "onos-unavailable", str(e)
                 self._count("schedule_errors")
@@ -469,6 +487,9 @@ class Service:
             "last_run_at": st.last_run_at,
             "order": st.order,
             "pushed": dict(st.pushed),
+            # switches holding each pushed class, as the ONOS app answered (absent when
+            # it did not say)
+            "held_by": {j: list(v) for j, v in st.held_by.items()},
         }
 
     def wake_scheduler(self, trigger: str) -> None:

@@ -285,12 +285,19 @@ class _JobResource:
 
     def _post(self, job_id: str, body: dict[str, Any]) -> str:
         """Returns `applied`, or `app-not-installed` when ONOS has no such resource."""
+        return self._post_doc(job_id, body)[0]
+
+    def _post_doc(self, job_id: str, body: dict[str, Any]) -> tuple[str, Any]:
+        """`_post`, with the document ONOS answered (None when it sent none)."""
         r = self.client._request("POST", self._url(job_id), json=body)
         if r.status_code == 404:
-            return "app-not-installed"
+            return "app-not-installed", None
         if r.status_code not in (200, 201, 204):
             raise OnosError(r.status_code, _message(r))
-        return "applied"
+        try:
+            return "applied", r.json()
+        except ValueError:
+            return "applied", None
 
     def remove(self, job_id: str) -> str:
         r = self.client._request("DELETE", self._url(job_id))
@@ -323,8 +330,13 @@ class PriorityApi(_JobResource):
 
     path = PRIORITY_PATH
 
-    def apply(self, job_id: str, priority_class: int) -> str:
-        return self._post(job_id, {"job_id": job_id, "priority_class": priority_class})
+    def apply(self, job_id: str, priority_class: int) -> tuple[str, list[str] | None]:
+        """The outcome and the switches the app wrote the class to (None if it did not
+        say). The app answers 201 with `switches: []` when no device runs our pipeconf:
+        accepted, held by nobody."""
+        status, doc = self._post_doc(job_id, {"job_id": job_id, "priority_class": priority_class})
+        switches = doc.get("switches") if isinstance(doc, dict) else None
+        return status, [str(x) for x in switches] if isinstance(switches, list) else None
 
 
 def _app_unknown(r: requests.Response) -> bool:
