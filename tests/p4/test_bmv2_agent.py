@@ -39,7 +39,8 @@ def hosts() -> Iterator[bmv2.Hosts]:
             yield h
 
 
-def run_job(hosts: bmv2.Hosts, job: int) -> list[dict[str, object]]:
+def run_job(hosts: bmv2.Hosts, job: int) -> tuple[list[dict], list[list[dict]]]:
+    """The PS's rows per iteration, and each worker's."""
     common = ["--job", str(job), "--size", str(SIZE), "--iterations", str(ITERATIONS)]
     ps = hosts.run(
         PS,
@@ -63,10 +64,12 @@ def run_job(hosts: bmv2.Hosts, job: int) -> list[dict[str, object]]:
         )
         for w in range(WORKERS)
     ]
+    rows: list[list[dict]] = []
     try:
         for p in workers:
-            _, err = p.communicate(timeout=60)
+            wout, err = p.communicate(timeout=60)
             assert p.returncode == 0, err
+            rows.append([json.loads(ln) for ln in wout.splitlines() if ln.startswith("{")])
         out, err = ps.communicate(timeout=60)
         assert ps.returncode == 0, err
     finally:
@@ -74,7 +77,7 @@ def run_job(hosts: bmv2.Hosts, job: int) -> list[dict[str, object]]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return [json.loads(line) for line in out.splitlines()]
+    return [json.loads(line) for line in out.splitlines()], rows
 
 
 def expected_heads() -> list[np.ndarray]:
@@ -87,13 +90,19 @@ def expected_heads() -> list[np.ndarray]:
 def test_iterations_complete_with_the_exact_sum(
     hosts: bmv2.Hosts, job: int, aggregated: bool
 ) -> None:
-    results = run_job(hosts, job)
+    results, worker_rows = run_job(hosts, job)
     chunks = -(-SIZE // LANES)
     bound = FixedPoint.for_bound(1.0, WORKERS).error_bound
     assert [r["iteration"] for r in results] == list(range(ITERATIONS))
-    for r, head in zip(results, expected_heads(), strict=True):
+    for it, (r, head) in enumerate(zip(results, expected_heads(), strict=True)):
         assert np.max(np.abs(np.array(r["sum_head"]) - head)) <= bound
-        if aggregated:  # one packet per chunk from the switch (retransmissions aside)
-            assert r["aggregated_packets"] == chunks and r["raw_packets"] == 0
+        if aggregated:
+            # One packet per chunk from the switch. A worker whose 200 ms timer fired (a
+            # loaded machine: one CI run saw a whole iteration resent) resends chunks the
+            # switch already summed, and those reach the PS raw: never more raw packets
+            # than the workers' retransmissions in that iteration.
+            resent = sum(w[it]["retransmissions"] for w in worker_rows)
+            assert r["aggregated_packets"] == chunks, r
+            assert r["raw_packets"] <= resent, (r, resent)
         else:
             assert r["aggregated_packets"] == 0 and r["raw_packets"] == WORKERS * chunks
