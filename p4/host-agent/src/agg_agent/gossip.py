@@ -348,16 +348,8 @@ class AllReduceWorker:
 
         t = threading.Thread(target=accept, daemon=True)
         t.start()
-        right = self.peers[(self.me + 1) % self.n]
-        while True:
-            try:
-                self.right = socket.create_connection(right, timeout=timeout_s)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"peers[{(self.me + 1) % self.n}]: {right}") from None
-                time.sleep(0.05)
-        self.right.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        k = (self.me + 1) % self.n
+        self.right = _dial(self.peers[k], deadline, f"peers[{k}]")
         t.join(timeout_s)
         if not accepted:
             raise TimeoutError("the left neighbour never connected")
