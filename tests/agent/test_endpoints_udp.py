@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -83,6 +84,13 @@ def test_no_switch_the_ps_completes_from_raw_packets() -> None:
     check_sums(out, expect, fp)
     assert all(r.aggregated_packets == 0 and r.raw_packets == 3 * 4 for r in out)
     assert all(s.retransmissions == 0 and s.packets == 4 for ws in stats for s in ws)
+    # wall-clock bounds (steady-state goodput across processes, cc_bmv2.py): each iteration
+    # spans its own time, and the next starts after it ends
+    for ws in stats:
+        for a, b in itertools.pairwise(ws):
+            assert a.started <= a.finished <= b.started <= b.finished
+        for s in ws:
+            assert abs((s.finished - s.started) - s.seconds) < 0.05, s
 
 
 def test_eight_workers_through_the_switch_model_under_one_percent_loss() -> None:

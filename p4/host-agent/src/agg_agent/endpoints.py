@@ -52,6 +52,10 @@ class WorkerStats:
     max_queue_seen: int = 0  # largest queue an acknowledgement echoed
     # echoed queue (packets) -> acknowledgements that carried it
     queue_counts: dict[int, int] = field(default_factory=dict)
+    # wall clock (time.time()) of the iteration's first send and last acknowledgement: runs
+    # of several processes on one machine line up on it (steady-state goodput, cc_bmv2.py)
+    started: float = 0.0
+    finished: float = 0.0
 
 
 class Worker:
@@ -123,6 +127,7 @@ class Worker:
         window_sum = 0.0
         queues: dict[int, int] = {}
         cc = self.controller
+        wall = time.time()
         start = time.perf_counter()
         while low < chunks:
             # in flight: chunks sent and not acknowledged, within the pool's window
@@ -172,6 +177,8 @@ class Worker:
             window_sum / max(1, packets - retrans),
             max(queues, default=0),
             queues,
+            wall,
+            time.time(),
         )
         self.iteration += 1
         return stats
