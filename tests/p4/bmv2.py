@@ -147,6 +147,11 @@ class Bmv2:
         if log:
             args.insert(1, "--log-console")
             self._log = open(log, "w")  # noqa: SIM115 (closed in __exit__)
+        else:
+            # bmv2's default level is trace even with no log sink: every packet's log lines
+            # are formatted, then dropped, and that formatting was most of its per-packet
+            # CPU (docs/congestion.md, "Where the switch's time went")
+            args[1:1] = ["--log-level", "off"]
         self.proc = subprocess.Popen(
             args, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.PIPE
         )
