@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from agg_agent.congestion import Aimd, Dctcp, Explicit, FixedWindow, make
+from agg_agent.congestion import Aimd, Dctcp, Explicit, FixedWindow, make, pacing_gap
 from agg_agent.endpoints import ParameterServer, Worker
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import FLAG_ACK, FLAG_ECN_ECHO, LANES, AggPacket
@@ -117,6 +118,84 @@ def test_explicit_keeps_a_shared_queue_short_and_the_link_full() -> None:
     assert max(q[20:]) <= 1 + 4 * 0.25 + 0.5, q[20:]
 
 
+def test_explicit_goes_below_one_chunk_when_the_queue_stays() -> None:
+    """More senders than the BDP holds packets: a window floor of one chunk would keep a
+    queue of senders - BDP however long the feedback said so. With W_AI 0.25 and a queue of
+    40 the window settles below one, where W = W (B + q_t) / (B + q) + W_AI:
+    0.25 / (1 - 2.5 / 42)."""
+    c = Explicit(window=2, bdp=2, target=0.5, step=0.25)
+    for _ in range(50):
+        c.on_ack(ack(40))
+    assert c.window == pytest.approx(0.25 / (1 - 2.5 / 42), rel=1e-3)
+    c = Explicit(window=2, bdp=2, target=0.5, step=0.0)  # no step: down to the floor
+    for _ in range(50):
+        c.on_ack(ack(40))
+    assert c.window == c.min_window == 0.125
+    c.on_timeout()
+    assert c.window == 0.125
+    with pytest.raises(ValueError, match="min_window: 0"):
+        Explicit(min_window=0)
+
+
+def test_paced_senders_even_out() -> None:
+    """Two senders below one chunk each, 1/8 and 7/8 of a 1-packet BDP, on a clock of 1/16
+    round trip: each gets an acknowledgement every 1 / W round trips carrying the queue
+    their windows make. Each acknowledgement cuts by the same factor and adds the same
+    step, and the larger sender gets 7x the acknowledgements, so it is cut more often:
+    they end within 1.3x of each other."""
+    bdp = 1.0
+    senders = [Explicit(window=w, bdp=bdp, target=0.5, step=0.05) for w in (0.125, 0.875)]
+    credit = [0.0, 0.0]
+    for _ in range(16 * 400):
+        q = max(0.0, sum(s.window for s in senders) - bdp)
+        for i, s in enumerate(senders):
+            credit[i] += s.window / 16
+            if credit[i] >= 1:
+                credit[i] -= 1
+                s.on_ack(ack(round(q)))
+    w = [s.window for s in senders]
+    assert max(w) / min(w) < 1.3, w
+
+
+def test_pacing_gap_below_one_chunk() -> None:
+    assert pacing_gap(0.5, 0.01) == pytest.approx(0.02)  # one chunk every 2 round trips
+    assert pacing_gap(0.125, 0.004) == pytest.approx(0.032)
+    assert pacing_gap(1.0, 0.01) == 0.0  # the window alone limits
+    assert pacing_gap(0.25, None) == 0.0  # no round trip measured yet
+
+
+@pytest.mark.parametrize(("queue", "paced"), [(40, True), (0, False)])
+def test_a_worker_paces_below_one_chunk(queue: int, paced: bool) -> None:
+    """Acknowledgements 5 ms after each chunk, echoing a queue of 40: the explicit rule
+    (no step) takes the window to 1/8, so the worker sends a chunk every 8 round trips,
+    about 40 ms, where an empty queue leaves it at one chunk per 5 ms round trip."""
+    fp = FixedPoint.for_bound(1.0, 1)
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind(("127.0.0.1", 0))
+    stop = threading.Event()
+    t = threading.Thread(target=fake_ps, args=(srv, queue, stop, 0.005))
+    t.start()
+    cc = Explicit(window=1, max_window=16, bdp=2, target=0.5, step=0.0)
+    w = Worker(9, 0, fp, srv.getsockname(), window=16, timeout=1.0, controller=cc)
+    try:
+        stats = w.run_iteration(np.zeros(LANES * 12))
+    finally:
+        stop.set()
+        t.join()
+        w.close()
+        srv.close()
+    assert stats.retransmissions == 0
+    assert w.srtt is not None and 0.004 < w.srtt < 0.05, w.srtt
+    if paced:
+        # the first chunks go at a window of 1 until the feedback arrives; the rest at
+        # one per 8 round trips: 9 gaps of at least 8 x 5 ms
+        assert cc.window == 0.125
+        assert stats.seconds > 9 * 8 * 0.005, stats
+    else:
+        assert cc.window == 1.0
+        assert stats.seconds < 12 * 0.005 * 3, stats
+
+
 def test_unknown_scheme_is_named() -> None:
     with pytest.raises(ValueError, match="scheme: 'bbr'"):
         make("bbr", 16)
@@ -155,14 +234,15 @@ def test_the_parameter_server_echoes_the_queue_and_the_ce_mark() -> None:
     ] * 2
 
 
-def fake_ps(sock: socket.socket, queue: int, stop: threading.Event) -> None:
-    """Acknowledge every data packet at once, echoing `queue`."""
+def fake_ps(sock: socket.socket, queue: int, stop: threading.Event, delay: float = 0.0) -> None:
+    """Acknowledge every data packet, `delay` s after it arrived, echoing `queue`."""
     sock.settimeout(0.05)
     while not stop.is_set():
         try:
             data, addr = sock.recvfrom(2048)
         except TimeoutError:
             continue
+        time.sleep(delay)
         p = AggPacket.decode(data)
         sock.sendto(AggPacket(p.job_id, p.slot, p.worker_id, p.fan_in, p.seq, 0, FLAG_ACK,
                               max_queue=queue).encode(), addr)  # fmt: skip

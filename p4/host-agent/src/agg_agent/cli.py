@@ -66,6 +66,15 @@ def worker(
             "--target-queue + senders x this.",
         ),
     ] = 1.0,
+    cc_min_window: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            max=1.0,
+            help="explicit: the smallest window, chunks; below 1 the worker paces, one chunk "
+            "per round trip / window.",
+        ),
+    ] = 0.125,
     ecn: Annotated[
         bool, typer.Option(help="Send ECN-capable packets (on by default with --cc dctcp).")
     ] = False,
@@ -75,7 +84,11 @@ def worker(
         raise typer.BadParameter(f"--cc: {cc!r} is not one of {', '.join(congestion.SCHEMES)}")
     try:
         fixed = FixedPoint.for_bound(bound, workers)
-        extra = {"bdp": bdp, "target": target_queue, "step": cc_step} if cc == "explicit" else {}
+        extra = (
+            {"bdp": bdp, "target": target_queue, "step": cc_step, "min_window": cc_min_window}
+            if cc == "explicit"
+            else {}
+        )
         w = Worker(
             job,
             worker_id,

@@ -18,7 +18,11 @@ a controller sets that window from what acknowledgements and timeouts tell it:
   drain it in one round trip), plus an additive step that converges senders to fair
   shares. A queue at or below the target grows the window by that step per round trip.
   HPCC also uses the links' tx rate; bmv2 has none per packet, so only the queue term is
-  used, which is the term that matters for keeping queues short.
+  used, which is the term that matters for keeping queues short. The window may fall
+  below one chunk (to `min_window`): more senders than the path's bandwidth-delay product
+  holds packets would otherwise keep a queue of at least senders - BDP whatever the
+  feedback says; below one the worker paces, one chunk per round trip / window (as Swift
+  does below one packet, Kumar et al., SIGCOMM 2020).
 
 Controllers are pure: time and packets in, window out; `tests/agent/test_congestion.py`
 feeds them recorded sequences.
@@ -95,13 +99,15 @@ class Dctcp:
 @dataclass
 class Explicit:
     """`bdp`: the path's bandwidth-delay product in packets (chunks); `target`: the queue
-    to keep (packets); `step`: the additive increase per round trip."""
+    to keep (packets); `step`: the additive increase per round trip; `min_window`: the
+    smallest window, below one chunk a pacing rate (`pacing_gap`)."""
 
     window: float = 4.0
     max_window: float = 64.0
     bdp: float = 4.0
     target: float = 1.0
     step: float = 1.0
+    min_window: float = 0.125
     name: str = field(default="explicit", init=False)
     _ref: float = field(default=0.0, init=False)
     _acks: int = field(default=0, init=False)
@@ -109,6 +115,8 @@ class Explicit:
     def __post_init__(self) -> None:
         if self.bdp <= 0 or self.target < 0 or self.step < 0:
             raise ValueError("bdp must be > 0, target and step >= 0")
+        if not 0 < self.min_window <= 1:
+            raise ValueError(f"min_window: {self.min_window} outside (0, 1]")
         self._ref = self.window
 
     def on_ack(self, ack: AggPacket) -> None:
@@ -117,19 +125,30 @@ class Explicit:
             w = self._ref * (self.bdp + self.target) / (self.bdp + q) + self.step
         else:
             w = self._ref + self.step
-        self.window = _clamp(w, 1.0, self.max_window)
+        self.window = _clamp(w, self.min_window, self.max_window)
         self._acks += 1
         if self._acks >= self._ref:  # a round trip of acknowledgements: new reference
             self._ref = self.window
             self._acks = 0
 
     def on_timeout(self) -> None:
-        self.window = _clamp(self.window / 2.0, 1.0, self.max_window)
+        self.window = _clamp(self.window / 2.0, self.min_window, self.max_window)
         self._ref = self.window
         self._acks = 0
 
 
 Controller = FixedWindow | Aimd | Dctcp | Explicit
+
+
+def pacing_gap(window: float, srtt: float | None) -> float:
+    """Seconds from one send to the next a window below one chunk allows: one chunk per
+    round trip / window. 0 at a window of one or more (the window alone limits), or before
+    a round trip was measured."""
+    if window >= 1.0 or not srtt:
+        return 0.0
+    return srtt / window
+
+
 SCHEMES = ("fixed", "aimd", "dctcp", "explicit")
 
 

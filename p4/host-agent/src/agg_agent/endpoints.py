@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from agg_agent.congestion import Controller, FixedWindow
+from agg_agent.congestion import Controller, FixedWindow, pacing_gap
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import (
     FLAG_ACK,
@@ -95,6 +95,7 @@ class Worker:
         self.address: Address = self.sock.getsockname()
         self.next_seq = 0
         self.iteration = 0
+        self.srtt: float | None = None  # smoothed round trip of first transmissions (s)
 
     def close(self) -> None:
         self.sock.close()
@@ -123,6 +124,7 @@ class Worker:
         sent_at: dict[int, float] = {}
         tries: dict[int, int] = {}
         low = nxt = 0  # oldest unacknowledged chunk, next chunk never sent
+        last_send = -math.inf  # for pacing below a window of one chunk
         packets = retrans = 0
         window_sum = 0.0
         queues: dict[int, int] = {}
@@ -132,9 +134,16 @@ class Worker:
         while low < chunks:
             # in flight: chunks sent and not acknowledged, within the pool's window
             limit = min(self.window, max(1, int(cc.window)))
-            while nxt < chunks and nxt < low + self.window and len(sent_at) < limit:
+            gap = pacing_gap(cc.window, self.srtt)
+            while (
+                nxt < chunks
+                and nxt < low + self.window
+                and len(sent_at) < limit
+                and time.perf_counter() >= last_send + gap
+            ):
                 self.sock.sendto(self._packet(first + nxt, lanes[nxt], 0), self.target)
                 sent_at[nxt], tries[nxt] = time.perf_counter(), 0
+                last_send = sent_at[nxt]
                 packets += 1
                 window_sum += cc.window
                 nxt += 1
@@ -151,6 +160,8 @@ class Worker:
                 retrans += 1
                 cc.on_timeout()
             wait = min(sent_at.values(), default=now) + self.timeout - time.perf_counter()
+            if gap and nxt < chunks and len(sent_at) < limit:  # paced: wake for the next send
+                wait = min(wait, last_send + gap - time.perf_counter())
             self.sock.settimeout(max(wait, 1e-4))
             try:
                 data = self.sock.recv(2048)
@@ -163,7 +174,10 @@ class Worker:
             c = ack.seq - first
             if ack.is_ack and ack.job_id == self.job_id and 0 <= c < chunks and not acked[c]:
                 acked[c] = True
-                sent_at.pop(c, None)
+                t_sent = sent_at.pop(c, None)
+                if t_sent is not None and tries[c] == 0:  # Karn: first transmissions only
+                    rtt = time.perf_counter() - t_sent
+                    self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
                 cc.on_ack(ack)
                 queues[ack.max_queue] = queues.get(ack.max_queue, 0) + 1
                 while low < chunks and acked[low]:
