@@ -43,7 +43,7 @@ def test_explicit_feedback_keeps_the_queue_short_and_the_link_busy() -> None:
     rate = 1000
     common = {
         "rate": rate, "depth": 100, "bdp": 2.0, "target": 1.0, "size": 1024,
-        "iterations": 12, "probe_ms": 5.0, "background": 0.0, "step": 1.0,
+        "iterations": 12, "probe_ms": 5.0, "background": 0.0, "step": 1.0, "control_rt": 0,
     }  # fmt: skip
     got = {}
     with tempfile.TemporaryDirectory() as tmp:
