@@ -171,6 +171,9 @@ class Fabric:
         sw.proc = subprocess.Popen(
             [
                 *(binary, "--no-p4", "--device-id", "1", "--thrift-port", str(sw.thrift)),
+                # no per-packet log: at bmv2's default level (trace) every packet's lines
+                # are formatted into a null sink, most of its per-packet CPU (congestion.md)
+                *("--log-level", "off"),
                 *ifaces,
                 *("--", "--grpc-server-addr", f"127.0.0.1:{sw.grpc}", "--cpu-port", "255"),
                 # one queue per traffic class (priority.p4): without them bmv2 drops the
