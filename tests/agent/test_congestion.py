@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agg_agent.congestion import Aimd, Dctcp, Explicit, FixedWindow, make, pacing_gap
-from agg_agent.endpoints import ParameterServer, Worker
+from agg_agent.endpoints import ParameterServer, Worker, WorkerStats
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import FLAG_ACK, FLAG_ECN_ECHO, LANES, AggPacket
 
@@ -164,38 +164,6 @@ def test_pacing_gap_below_one_chunk() -> None:
     assert pacing_gap(0.25, None) == 0.0  # no round trip measured yet
 
 
-@pytest.mark.parametrize(("queue", "paced"), [(40, True), (0, False)])
-def test_a_worker_paces_below_one_chunk(queue: int, paced: bool) -> None:
-    """Acknowledgements 5 ms after each chunk, echoing a queue of 40: the explicit rule
-    (no step) takes the window to 1/8, so the worker sends a chunk every 8 round trips,
-    about 40 ms, where an empty queue leaves it at one chunk per 5 ms round trip."""
-    fp = FixedPoint.for_bound(1.0, 1)
-    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    srv.bind(("127.0.0.1", 0))
-    stop = threading.Event()
-    t = threading.Thread(target=fake_ps, args=(srv, queue, stop, 0.005))
-    t.start()
-    cc = Explicit(window=1, max_window=16, bdp=2, target=0.5, step=0.0)
-    w = Worker(9, 0, fp, srv.getsockname(), window=16, timeout=1.0, controller=cc)
-    try:
-        stats = w.run_iteration(np.zeros(LANES * 12))
-    finally:
-        stop.set()
-        t.join()
-        w.close()
-        srv.close()
-    assert stats.retransmissions == 0
-    assert w.srtt is not None and 0.004 < w.srtt < 0.05, w.srtt
-    if paced:
-        # the first chunks go at a window of 1 until the feedback arrives; the rest at
-        # one per 8 round trips: 9 gaps of at least 8 x 5 ms
-        assert cc.window == 0.125
-        assert stats.seconds > 9 * 8 * 0.005, stats
-    else:
-        assert cc.window == 1.0
-        assert stats.seconds < 12 * 0.005 * 3, stats
-
-
 def test_unknown_scheme_is_named() -> None:
     with pytest.raises(ValueError, match="scheme: 'bbr'"):
         make("bbr", 16)
@@ -248,26 +216,53 @@ def fake_ps(sock: socket.socket, queue: int, stop: threading.Event, delay: float
                               max_queue=queue).encode(), addr)  # fmt: skip
 
 
-@pytest.mark.parametrize(("queue", "lo", "hi"), [(0, 12.0, 16.0), (40, 1.0, 3.0)])
-def test_a_worker_sends_as_its_controller_allows(queue: int, lo: float, hi: float) -> None:
-    """A worker with the explicit controller (B = 2, target 1) against acknowledgements
-    echoing a queue: an empty one opens the window to the pool's 16, a queue of 40 holds it
-    near (2 + 1) / (2 + 40) of the reference plus the step."""
+def against_fake_ps(
+    cc: Explicit, queue: int, chunks: int, delay: float = 0.0, timeout: float = 0.05
+) -> tuple[WorkerStats, float | None]:
+    """One iteration of `chunks` chunks from a worker with controller `cc` to `fake_ps`;
+    its stats and the worker's smoothed round trip."""
     fp = FixedPoint.for_bound(1.0, 1)
     srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     srv.bind(("127.0.0.1", 0))
     stop = threading.Event()
-    t = threading.Thread(target=fake_ps, args=(srv, queue, stop))
+    t = threading.Thread(target=fake_ps, args=(srv, queue, stop, delay))
     t.start()
-    cc = Explicit(window=8, max_window=16, bdp=2, target=1, step=1)
-    w = Worker(9, 0, fp, srv.getsockname(), window=16, controller=cc)
+    w = Worker(9, 0, fp, srv.getsockname(), window=16, timeout=timeout, controller=cc)
     try:
-        stats = w.run_iteration(np.zeros(LANES * 400))
+        return w.run_iteration(np.zeros(LANES * chunks)), w.srtt
     finally:
         stop.set()
         t.join()
         w.close()
         srv.close()
+
+
+@pytest.mark.parametrize(("queue", "lo", "hi"), [(0, 12.0, 16.0), (40, 1.0, 3.0)])
+def test_a_worker_sends_as_its_controller_allows(queue: int, lo: float, hi: float) -> None:
+    """A worker with the explicit controller (B = 2, target 1) against acknowledgements
+    echoing a queue: an empty one opens the window to the pool's 16, a queue of 40 holds it
+    near (2 + 1) / (2 + 40) of the reference plus the step."""
+    cc = Explicit(window=8, max_window=16, bdp=2, target=1, step=1)
+    stats, _ = against_fake_ps(cc, queue, 400)
     assert stats.retransmissions == 0
     assert stats.max_queue_seen == queue
     assert lo <= stats.mean_window <= hi, stats
+
+
+@pytest.mark.parametrize(("queue", "paced"), [(40, True), (0, False)])
+def test_a_worker_paces_below_one_chunk(queue: int, paced: bool) -> None:
+    """Acknowledgements 5 ms after each chunk, echoing a queue of 40: the explicit rule
+    (no step) takes the window to 1/8, so the worker sends a chunk every 8 round trips,
+    about 40 ms, where an empty queue leaves it at one chunk per 5 ms round trip."""
+    cc = Explicit(window=1, max_window=16, bdp=2, target=0.5, step=0.0)
+    stats, srtt = against_fake_ps(cc, queue, 12, delay=0.005, timeout=1.0)
+    assert stats.retransmissions == 0
+    assert srtt is not None and 0.004 < srtt < 0.05, srtt
+    if paced:
+        # the first chunks go at a window of 1 until the feedback arrives; the rest at
+        # one per 8 round trips: 9 gaps of at least 8 x 5 ms
+        assert cc.window == 0.125
+        assert stats.seconds > 9 * 8 * 0.005, stats
+    else:
+        assert cc.window == 1.0
+        assert stats.seconds < 12 * 0.005 * 3, stats
