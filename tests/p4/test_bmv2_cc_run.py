@@ -1,9 +1,9 @@
 """Issue 18 on bmv2, end to end: real worker and parameter-server processes in network
 namespaces, two jobs of two workers into one port rate-limited to 1000 packets/s
 (`p4/host-agent/benchmarks/cc_bmv2.py`, one short run per scheme). With the explicit rule
-the queue the acknowledgements echo stays under 15 packets while goodput stays above half
-the bottleneck, and heartbeats through the same queue lose nothing; a fixed window of 10
-holds a longer queue.
+the queue the acknowledgements echo stays under 12 packets while goodput, while all four
+workers send, stays above 0.8 of the bottleneck, and heartbeats through the same queue lose
+nothing; a fixed window of 10 holds a longer queue.
 
 Needs root and simple_switch; skipped with the reason otherwise.
 """
@@ -43,7 +43,7 @@ def test_explicit_feedback_keeps_the_queue_short_and_the_link_busy() -> None:
     rate = 1000
     common = {
         "rate": rate, "depth": 100, "bdp": 2.0, "target": 1.0, "size": 1024,
-        "iterations": 12, "probe_ms": 5.0, "background": 0.0, "step": 1.0, "control_rt": 0,
+        "iterations": 20, "probe_ms": 5.0, "background": 0.0, "step": 1.0, "control_rt": 0,
     }  # fmt: skip
     got = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,14 +65,16 @@ def test_explicit_feedback_keeps_the_queue_short_and_the_link_busy() -> None:
                 hops.close()
     ex, fx = got["explicit"], got["fixed"]
     print(f"\nexplicit: {ex}\nfixed 10: {fx}")
-    # Bounds from the runs so far (explicit queue p99 7-11 in 11 runs, goodput 0.54-0.87;
-    # a fixed window of 10 held p99 26-83): how long the fixed window's queue gets depends
-    # on how many of its 40 packets the Python senders keep outstanding, and heartbeat
-    # latency on the hosts' CPU (docs/congestion.md), so neither is compared as a ratio.
+    # Bounds from the runs so far: with bmv2 at log level off and no real-time priorities,
+    # explicit W_AI 1 held queue p99 6-7 and steady goodput 0.98-0.99 in cc_shared
+    # (docs/congestion.md); this test's own two runs here, heartbeats in the data's queue:
+    # p99 8 and 8, goodput 0.97 and 0.99. How long the fixed window's queue gets depends on
+    # how many of its 40 packets the Python senders keep outstanding, and heartbeat latency
+    # on the hosts' CPU, so neither is compared as a ratio.
     assert ex["stalled"] == 0 and fx["stalled"] == 0
-    assert ex["queue_p99"] <= 15, ex
+    assert ex["queue_p99"] <= 12, ex
     assert fx["queue_p99"] > ex["queue_p99"], (ex, fx)
-    assert ex["goodput"] >= 0.5, ex
+    assert ex["goodput_steady_left"] >= 0.8, ex
     assert ex["hb_loss"] == 0, ex
     assert ex["jain"] > 0.95, ex
     # The switch's INT reports time the heartbeats: one per heartbeat that crossed it (most
