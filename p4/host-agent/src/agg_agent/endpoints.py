@@ -96,6 +96,7 @@ class Worker:
         self.next_seq = 0
         self.iteration = 0
         self.srtt: float | None = None  # smoothed round trip of first transmissions (s)
+        self.last_send = -math.inf  # perf_counter of the last send: pacing spans iterations
 
     def close(self) -> None:
         self.sock.close()
@@ -124,7 +125,6 @@ class Worker:
         sent_at: dict[int, float] = {}
         tries: dict[int, int] = {}
         low = nxt = 0  # oldest unacknowledged chunk, next chunk never sent
-        last_send = -math.inf  # for pacing below a window of one chunk
         packets = retrans = 0
         window_sum = 0.0
         queues: dict[int, int] = {}
@@ -139,11 +139,11 @@ class Worker:
                 nxt < chunks
                 and nxt < low + self.window
                 and len(sent_at) < limit
-                and time.perf_counter() >= last_send + gap
+                and time.perf_counter() >= self.last_send + gap
             ):
                 self.sock.sendto(self._packet(first + nxt, lanes[nxt], 0), self.target)
                 sent_at[nxt], tries[nxt] = time.perf_counter(), 0
-                last_send = sent_at[nxt]
+                self.last_send = sent_at[nxt]
                 packets += 1
                 window_sum += cc.window
                 nxt += 1
@@ -161,7 +161,7 @@ class Worker:
                 cc.on_timeout()
             wait = min(sent_at.values(), default=now) + self.timeout - time.perf_counter()
             if gap and nxt < chunks and len(sent_at) < limit:  # paced: wake for the next send
-                wait = min(wait, last_send + gap - time.perf_counter())
+                wait = min(wait, self.last_send + gap - time.perf_counter())
             self.sock.settimeout(max(wait, 1e-4))
             try:
                 data = self.sock.recv(2048)
