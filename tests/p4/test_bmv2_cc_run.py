@@ -77,7 +77,10 @@ def test_explicit_feedback_keeps_the_queue_short_and_the_link_busy() -> None:
     assert ex["goodput_steady_left"] >= 0.8, ex
     assert ex["hb_loss"] == 0, ex
     assert ex["jain"] > 0.95, ex
-    # The switch's INT reports time the heartbeats: one per heartbeat that crossed it (most
-    # of the 200 a second), and they wait longer behind the fixed window's queue.
+    # The switch's INT reports time the heartbeats (one per heartbeat that crossed it, most
+    # of the 200 a second). A report is an ingress clone sent out its own port, so it times
+    # the input buffer and ingress, not port 5's queue; the round trip shows that queue:
+    # heartbeats in the data's class wait longer behind the fixed window's (p50 58-77 ms
+    # against 5-6 ms here).
     assert ex["int_reports"] > 100 and fx["int_reports"] > 100, (ex, fx)
-    assert fx["hb_switch_p99_ms"] > ex["hb_switch_p99_ms"], (ex, fx)
+    assert fx["hb_p50_ms"] > 2 * ex["hb_p50_ms"], (ex, fx)

@@ -127,10 +127,11 @@ def pct(values: list[float], q: float) -> float:
 
 class HeartbeatHops(threading.Thread):
     """The switch's own measure of the heartbeats' delay: the switch is INT source and sink
-    for UDP port 7000 towards the servers' port, and this reads its reports on `INT_PORT`;
-    each report's hop latency is the time the heartbeat spent in the switch, its queue
-    included (bmv2's timestamps, microseconds). Free of the hosts' scheduling, unlike the
-    round trip the prober measures."""
+    for UDP port 7000 towards the servers' port, and this reads its reports on `INT_PORT`.
+    A report is an ingress clone of the heartbeat, sent out `INT_PORT`: its hop latency runs
+    from the heartbeat's arrival to the clone's egress, so it covers bmv2's input buffer and
+    ingress pipeline (where a traffic class does not help), not the wait in the servers'
+    port queue. Free of the hosts' scheduling, unlike the round trip the prober measures."""
 
     def __init__(self, sw: bmv2.Bmv2) -> None:
         super().__init__(daemon=True)
