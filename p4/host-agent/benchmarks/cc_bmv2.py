@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from agg_agent import p4names as n  # noqa: E402
+from agg_agent.congestion import Explicit  # noqa: E402
 from agg_agent.protocol import PACKET_BYTES  # noqa: E402
 from int_collector.wire import Decoder  # noqa: E402
 from p4 import bmv2, frames  # noqa: E402
@@ -180,14 +181,15 @@ class Scheme:
     window: int
     ecn_k: int
     step: float
-    min_window: float = 0.125
+    min_window: float = Explicit.min_window
 
     @staticmethod
     def parse(text: str, args: argparse.Namespace) -> Scheme:
         cc, _, param = text.partition(":")
         if cc not in SCHEMES:
             raise SystemExit(f"--schemes: {cc!r} is not one of {', '.join(SCHEMES)}")
-        window, k, step, floor = args.window, getattr(args, "ecn_k", 8), args.step, 0.125
+        window, k, step = args.window, getattr(args, "ecn_k", 8), args.step
+        floor = Explicit.min_window
         try:
             if param and cc == "fixed":
                 window = int(param)
@@ -215,7 +217,7 @@ def run_once(
 ) -> dict:
     spec = Scheme.parse(scheme, args)
     hosts_rt = getattr(args, "hosts_rt", 0)
-    data_rt = ["chrt", "-f", str(hosts_rt)] if hosts_rt else []
+    data_rt = fifo(hosts_rt)
     jobs = {1: ([1, 2], "10.0.0.5"), 2: ([3, 4], PS2_IP)}
     procs: list[tuple[str, int, subprocess.Popen[str]]] = []
     common = ["--size", str(args.size), "--iterations", str(args.iterations)]
@@ -228,7 +230,7 @@ def run_once(
     for job, (_, _ps_ip) in jobs.items():
         hosts.wait_udp_listening(PS_PORT, bmv2_port(), procs[job - 1][2])
     control_rt = getattr(args, "control_rt", 0)
-    rt = ["chrt", "-f", str(control_rt)] if control_rt else []
+    rt = fifo(control_rt)
     echo = hosts.run(PS_PORT, [*rt, sys.executable, str(probe), "echo", "0", "7000", "0", "600"])
     hosts.wait_udp_listening(PS_PORT, 7000, echo)
     if hops:
@@ -300,6 +302,11 @@ def run_once(
     echo.wait(timeout=30)
     out["probe"] = json.loads(probe_out.strip().splitlines()[-1])
     return out
+
+
+def fifo(priority: int) -> list[str]:
+    """The prefix that runs a command at this SCHED_FIFO priority (none for 0)."""
+    return ["chrt", "-f", str(priority)] if priority else []
 
 
 def cpu_times() -> tuple[int, int]:
@@ -593,7 +600,7 @@ def setup(sw: bmv2.Bmv2, h: bmv2.Hosts, args: argparse.Namespace) -> None:
 def idle_rtt(hosts: bmv2.Hosts, probe: Path, seconds: float = 2.0, rt: int = 0) -> list[float]:
     """The heartbeats' round trips (ms) with nothing else on the port, at the priority the
     runs give the prober and echo server."""
-    pre = ["chrt", "-f", str(rt)] if rt else []
+    pre = fifo(rt)
     echo = hosts.run(PS_PORT, [*pre, sys.executable, str(probe), "echo", "0", "7000", "0",
                                str(seconds + 4)])  # fmt: skip
     hosts.wait_udp_listening(PS_PORT, 7000, echo)
@@ -618,7 +625,7 @@ def data_rtt(hosts: bmv2.Hosts, size: int, iterations: int = 8, rt: int = 0) -> 
     ps_cmd = [AGENT, "ps", "--job", "1", "--bind", f"10.0.0.5:{bmv2_port()}", *common]
     for w in (1, 2):
         ps_cmd += ["--worker-addr", f"10.0.0.{w}:{bmv2_port()}"]
-    pre = ["chrt", "-f", str(rt)] if rt else []  # as the runs will have them
+    pre = fifo(rt)  # as the runs will have them
     ps = hosts.run(PS_PORT, [*pre, *ps_cmd])
     hosts.wait_udp_listening(PS_PORT, bmv2_port(), ps)
     workers = []
