@@ -177,7 +177,14 @@ def test_the_java_integration_tests_pass_against_this_onos(onos_real: onosd.Onos
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     suite = ET.parse(Path(report)).getroot()
     cases = {c.get("name"): [e.tag for e in c] for c in suite.iter("testcase")}
+    # A rerun that passed (flakyFailure, flakyError) still fails here, with what JUnit said.
+    problems = [
+        f"{c.get('name')}: {e.tag}: {e.get('message')}\n{(e.findtext('stackTrace') or e.text or '')[:1500]}"
+        for c in suite.iter("testcase")
+        for e in c
+        if e.tag not in ("system-out", "system-err")
+    ]
     assert cases == {
         "appInstallsActivatesAndAnswers": [],
         "aPlacementBecomesFlowRulesAndDeleteRemovesThem": [],
-    }
+    }, "\n".join(problems)

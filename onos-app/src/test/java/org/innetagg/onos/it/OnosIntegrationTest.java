@@ -109,17 +109,26 @@ public class OnosIntegrationTest {
             HttpResponse<String> applied = send(HttpRequest.newBuilder(job)
                     .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(doc)));
             assertTrue(applied.body(), applied.statusCode() == 201 || applied.statusCode() == 200);
-            assertTrue(aggJobRules(json, device) > 0);
+            // FlowRuleService.applyFlowRules hands the batch to an executor and returns: the
+            // rules reach the flow store after the 201, so they are awaited, not read once.
+            int placed = awaitAggJobRules(json, device, n -> n > 0);
+            assertTrue("no agg_job rule on " + device + " 15 s after the placement", placed > 0);
         } finally {
             // A failed run must not leave its job behind for the next one.
             assertEquals(204, send(HttpRequest.newBuilder(job).DELETE()).statusCode());
         }
-        int left = -1;
-        for (int i = 0; i < 30 && left != 0; i++) {
+        assertEquals(0, awaitAggJobRules(json, device, n -> n == 0));
+    }
+
+    /** Polls the device's agg_job rules for up to 15 s until {@code done} holds; the last count. */
+    private int awaitAggJobRules(com.fasterxml.jackson.databind.ObjectMapper json, String device,
+                                 java.util.function.IntPredicate done) throws Exception {
+        int n = aggJobRules(json, device);
+        for (int i = 0; i < 30 && !done.test(n); i++) {
             Thread.sleep(500);
-            left = aggJobRules(json, device);
+            n = aggJobRules(json, device);
         }
-        assertEquals(0, left);
+        return n;
     }
 
     private int aggJobRules(com.fasterxml.jackson.databind.ObjectMapper json, String device) throws Exception {
