@@ -179,7 +179,8 @@ def test_the_java_integration_tests_pass_against_this_onos(onos_real: onosd.Onos
     cases = {c.get("name"): [e.tag for e in c] for c in suite.iter("testcase")}
     # A rerun that passed (flakyFailure, flakyError) still fails here, with what JUnit said.
     problems = [
-        f"{c.get('name')}: {e.tag}: {e.get('message')}\n{(e.findtext('stackTrace') or e.text or '')[:1500]}"
+        f"{c.get('name')}: {e.tag}: {e.get('message')}\n"
+        + (e.findtext("stackTrace") or e.text or "")[:1500]
         for c in suite.iter("testcase")
         for e in c
         if e.tag not in ("system-out", "system-err")
