@@ -251,13 +251,24 @@ class ClosedLoop:
             "INT_COLLECTOR_FLUSH_INTERVAL_S": str(self.p.collector_flush_s),
             "INT_COLLECTOR_KEEPALIVE_S": str(self.p.collector_keepalive_s),
         }
-        self.procs["collector"] = subprocess.Popen(
+        log = self.workdir / "collector.log"
+        proc = self.procs["collector"] = subprocess.Popen(
             [str(BIN / "int-collector"), "serve"],
             env=env,
-            stdout=open(self.workdir / "collector.log", "w"),  # noqa: SIM115
+            stdout=open(log, "w"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
             text=True,
         )
+        # The collector binds its socket at once but reads it only once its receive path is
+        # compiled: 18 s on a fresh numba cache here, 40 s beside ONOS and five bmv2. Reports
+        # wait in the socket meanwhile and are stamped when read, so a loop started earlier
+        # saw its first congestion 20 s late (a fresh clone's first run failed so). It logs
+        # "listening" once every worker reads.
+        deadline = time.monotonic() + 180
+        while "listening on udp" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"int-collector not reading its socket:\n{log.read_text()}")
+            time.sleep(0.2)
 
     def _service(self) -> None:
         port = bmv2.free_port()
