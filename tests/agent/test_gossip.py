@@ -84,11 +84,13 @@ def test_gossip_processes_converge_to_the_optimum(tmp_path: Path) -> None:
     for i in range(n):
         points = [json.loads(ln) for ln in (tmp_path / f"{i}.log").read_text().splitlines()]
         assert len(points) > 10
-        # Every copy ends within 3% of the way from the start to the optimum, over its last
-        # three logged losses: local steps on a shard of its own keep each copy moving
-        # around the optimum, and a single last point at 2% failed once in CI (2.1%).
+        # Every copy ends within 2% of the way from the start to the optimum, over its last
+        # three logged losses (local steps on a shard of its own keep each copy moving
+        # around the optimum). Workers that went on after others had stopped once ended
+        # 2.1% and 4.4% away in CI; they now stop with the first (GossipWorker.run): 0.6%
+        # at worst in 10 runs beside two busy loops, against 1.6% before.
         last = float(np.median([p["loss"] for p in points[-3:]]))
-        assert last - opt < 0.03 * (start - opt), (i, last, opt, start)
+        assert last - opt < 0.02 * (start - opt), (i, last, opt, start)
 
 
 def test_a_plan_row_that_is_not_a_distribution_is_refused(tmp_path: Path) -> None:
@@ -321,3 +323,39 @@ def test_bad_baseline_options_are_named(args: list[str], message: str) -> None:
     r = CliRunner().invoke(app, ["gossip", "--me", "0", "--peers", PEERS4, *args])
     assert r.exit_code == 2, r.output
     assert message in " ".join(r.output.replace("│", " ").split())
+
+
+def test_a_worker_stops_when_the_peer_it_picks_has_finished() -> None:
+    # Once a peer has stopped taking steps, going on would train on the other shards alone
+    # and move the consensus off the optimum (GossipWorker.run): a finished worker answers
+    # with an empty frame, and the asker stops without averaging it in.
+    addrs = [("127.0.0.1", p) for p in _ports(2)]
+    problem = Problem(2, 20)
+    w0 = GossipWorker(0, addrs, problem, np.array([0.0, 1.0]))
+    w1 = GossipWorker(1, addrs, problem, np.array([1.0, 0.0]))
+    try:
+        w1.run(0.0)  # its clock has run out: it still serves, as finished
+        kept = w1.w.copy()
+        w0.run(30.0)
+        assert (w0.ended_by, w0.iterations, w0.failed_exchanges) == (1, 0, 0)
+        # one local step, nothing averaged in either direction
+        step = -w0.lr * problem.grad(np.zeros(20), *problem.shard(0))
+        assert np.allclose(w0.w, step) and np.array_equal(w1.w, kept)
+        # a peer that no longer listens has finished too
+        w1.close()
+        _until(lambda: _refused(addrs[1]), 5.0)  # its accept thread lets go within 0.2 s
+        w0.ended_by = None
+        w0.run(30.0)
+        assert (w0.ended_by, w0.iterations, w0.failed_exchanges) == (1, 0, 0)
+        assert np.allclose(w0.w, step - w0.lr * problem.grad(step, *problem.shard(0)))
+    finally:
+        w0.close()
+        w1.close()
+
+
+def _refused(addr: tuple[str, int]) -> bool:
+    try:
+        socket.create_connection(addr, timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False

@@ -259,7 +259,7 @@ def gossip(
     finally:
         w.close()
     kept = ("iterations", "exchanges_served", "failed_exchanges", "plan_changes",
-            "refresh_failures")  # fmt: skip
+            "refresh_failures", "ended_by")  # fmt: skip
     counts |= {k: getattr(w, k) for k in kept}
     print(json.dumps(counts), flush=True)
 
