@@ -33,14 +33,7 @@ def _spin() -> None:
 
 
 def _rules(srv: onosd.OnosServer, device: str) -> int:
-    flows = srv.get(f"/flows/{device}")["flows"]
-    return sum(
-        1
-        for f in flows
-        if f.get("appId") == APP
-        and f.get("tableName", "").endswith(".agg_job")
-        and f.get("state") != "PENDING_REMOVE"
-    )
+    return sum(f.get("appId") == APP for f in srv.table_flows(".agg_job", device))
 
 
 def main() -> int:
