@@ -14,8 +14,11 @@ fi
 command -v go >/dev/null || { echo "build-influxd: Go is needed to build InfluxDB $version (https://go.dev/dl/)" >&2; exit 1; }
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-echo "build-influxd: building influxd $version from the Go module proxy (a few minutes, once)" >&2
+echo "build-influxd: building influxd $version from the Go module proxy into $cache (3-5 minutes, once)" >&2
+# Go compiles silently for minutes: say that it still runs.
+( while sleep 30; do echo "build-influxd: still building ($SECONDS s)" >&2; done ) &
+ticker=$!
+trap 'kill $ticker 2>/dev/null; rm -rf "$tmp"' EXIT
 # GOFLAGS=-mod=mod: a go.work or vendor directory around the caller must not interfere.
 GOBIN="$tmp" GOFLAGS=-mod=mod GOWORK=off \
   go install -ldflags "-X main.version=$version -X main.branch=$version -X main.commit=module-proxy" \
