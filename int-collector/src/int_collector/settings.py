@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     # A worker that dies is restarted; more than this many restarts within a minute stop
     # the service (exit status 1) so that its supervisor sees the failure.
     worker_restart_limit: int = Field(5, ge=0, le=1000)
+    # How long `serve` waits for every worker to read its socket before it gives up (one
+    # line, status 2). Loading the compiled receive path takes about a second; compiling it,
+    # where `int-collector compile` has not run since install, 15 CPU-seconds, minutes of
+    # wall time on a loaded 2-core machine.
+    start_timeout_s: float = Field(600.0, gt=0)
     # Each socket's receive buffer: what waits while a worker is not scheduled. Asked with
     # SO_RCVBUFFORCE where the process may (CAP_NET_ADMIN), else capped by
     # net.core.rmem_max.

@@ -12,6 +12,12 @@ with a backlog of `buffer_points / workers`, so the service as a whole holds at 
 workers that have exited), `/healthz` (every worker alive, receiving and writing) and
 `/readyz` (every worker's receive loop runs).
 
+Workers are forked from a fork server that loaded the compiled receive path once
+(`int_collector.preload`: numba's cache, which `int-collector compile` fills at install), so
+a worker starts in milliseconds and a restarted one receives again at once; the parent has
+threads (HTTP), so it never forks itself. Until every worker reads its socket `/healthz`
+and `/readyz` answer 503 with `status: starting` and what the start waits for.
+
 A worker that exits without being asked to is restarted on the same socket, and counted;
 more than `worker_restart_limit` restarts within a minute stop the service. SIGTERM or SIGINT to the
 parent is passed to every worker, each writes what changed and flushes its backlog, and the
@@ -32,21 +38,40 @@ from collections import deque
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from .endpoints import aggregate, health_of, readiness_of, start_http
 from .listen import bind_udp
-from .service import Collector, aggregate, health_of, readiness_of, start_http
 from .settings import Settings, StartError
 
 log = logging.getLogger("int_collector")
 
 SNAPSHOT_S = 0.25
 RESTART_WINDOW_S = 60.0
-_ctx = mp.get_context("spawn")  # the parent has threads (HTTP): no fork
+PROGRESS_S = 10.0  # how often a slow start says what it waits for
+# An orphaned worker (its parent gone, InfluxDB most likely too) writes for this long at most.
+ORPHAN_FLUSH_S = 2.0
 
 
-def _warm_fast_path() -> None:
-    from . import fast
+def _context(fast_path: bool) -> Any:
+    """Workers fork from a server process that imported (and, with the compiled path,
+    loaded) everything once; the parent itself has threads, so it never forks."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["int_collector.preload" if fast_path else "int_collector.service"])
+    return ctx
 
-    fast.warm()
+
+def prestart(settings: Settings) -> None:
+    """Start the fork server now, so that it loads the receive path while this process
+    imports the rest and binds HTTP (two cores: both at once)."""
+    from multiprocessing import forkserver
+
+    _context(settings.fast_path)
+    forkserver.ensure_running()
+
+
+def _forkserver_pid() -> int | None:
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
 
 
 def _worker_main(
@@ -64,6 +89,8 @@ def _worker_main(
         format=f"%(asctime)s %(levelname)s [worker {index}] %(message)s",
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+    from .service import Collector  # loaded by the fork server already
+
     parent = os.getppid()
     c = Collector(settings, worker=index, workers=workers, sock=sock)
     signal.signal(signal.SIGTERM, lambda _s, _f: c.stop())
@@ -79,9 +106,12 @@ def _worker_main(
             return False
         return True
 
+    orphaned = threading.Event()
+
     def reporter() -> None:
         while not c._stop.wait(SNAPSHOT_S):
             if os.getppid() != parent or not report():  # the parent is gone: stop
+                orphaned.set()
                 c.stop()
 
     conn.send({"ready": c.port, "pid": os.getpid()})
@@ -89,7 +119,7 @@ def _worker_main(
     try:
         c.run()
     finally:
-        c.close()
+        c.close(ORPHAN_FLUSH_S if orphaned.is_set() else 10.0)
         report(final=True)
         conn.close()
     raise SystemExit(0 if c.writer.buffered == 0 else 1)
@@ -121,6 +151,8 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.failed = ""
+        self.phase = "binding sockets"
+        self._ctx = _context(settings.fast_path)
         # One socket per worker, bound before anything else (listen.py): a bad address or
         # a port held by another program fails now with one line, port 0 gets its number,
         # and reports wait in the sockets while the workers start. Held until shutdown.
@@ -160,21 +192,28 @@ class Supervisor:
             {**x, "receiving": False} if x and now - x["received_at"] > 2.0 else x for x in snaps
         ]
 
+    def _starting(self, code: int, body: dict[str, Any]) -> dict[str, Any]:
+        if code != 200 and self.phase != "running":
+            body["status"] = "starting"
+            body["waiting_for"] = self.phase
+        return body
+
     def readiness(self) -> tuple[int, dict[str, Any]]:
-        return readiness_of(self._live_snaps())
+        code, body = readiness_of(self._live_snaps())
+        return code, self._starting(code, body)
 
     def health(self) -> tuple[int, dict[str, Any]]:
         code, body = health_of(self._live_snaps(), self.s.buffer_points)
         body["worker_restarts"] = self.restarts
-        return code, body
+        return code, self._starting(code, body)
 
     # Lifecycle --------------------------------------------------------------------------
 
     def _spawn(self, w: _Worker) -> None:
-        ours, theirs = _ctx.Pipe(duplex=False)
+        ours, theirs = self._ctx.Pipe(duplex=False)
         level = logging.getLogger().level
         sock = self.socks[w.index]
-        proc = _ctx.Process(
+        proc = self._ctx.Process(
             target=_worker_main,
             args=(self.worker_settings, w.index, self.n, theirs, level, sock),
             name=f"int-collector-worker-{w.index}",
@@ -215,32 +254,68 @@ class Supervisor:
         with self._lock:
             w.snap = msg
 
-    def start(self, timeout_s: float = 120.0) -> None:
-        """Start every worker and wait until each is ready."""
-        if self.s.fast_path:
-            # Compile the receive path once (numba caches it), so the workers load it instead
-            # of each compiling it at the same time. In a child process: compiling holds the
-            # GIL for seconds on a fresh cache, and /healthz must answer meanwhile.
-            warm = _ctx.Process(target=_warm_fast_path, name="int-collector-compile")
-            warm.start()
-            warm.join(timeout_s)
-            if warm.exitcode is None:
-                warm.kill()
-                raise RuntimeError(f"compiling the receive path took over {timeout_s:.0f} s")
-        for w in self.workers:
-            self._spawn(w)
-        deadline = time.monotonic() + timeout_s
-        while not all(w.ready for w in self.workers):
-            for w in self.workers:
-                if not w.ready and w.proc is not None and not w.proc.is_alive():
-                    self._pump(0)
-                    raise RuntimeError(
-                        self.failed
-                        or f"worker {w.index} exited with status {w.proc.exitcode} while starting"
-                    )
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"workers not ready within {timeout_s:.0f} s")
-            self._pump(0.1)
+    def start(self, timeout_s: float | None = None) -> None:
+        """Start every worker and wait until each reads its socket, saying every
+        `PROGRESS_S` what it waits for; give up after `timeout_s` (`start_timeout_s`)."""
+        timeout_s = self.s.start_timeout_s if timeout_s is None else timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        self.phase = (
+            "the fork server to load the compiled receive path (numba's cache; compiled "
+            "now if `int-collector compile` has not run since install)"
+            if self.s.fast_path
+            else "the fork server to import the collector"
+        )
+        # The first fork waits for the server's preload: off this thread, so the deadline
+        # and the progress lines keep running.
+        spawned = threading.Event()
+        errors: list[BaseException] = []
+
+        def spawn_all() -> None:
+            try:
+                for w in self.workers:
+                    self._spawn(w)
+            except BaseException as e:  # reported below, on the main thread
+                errors.append(e)
+            spawned.set()
+
+        threading.Thread(target=spawn_all, name="spawn-workers", daemon=True).start()
+        said = t0
+        while not (spawned.is_set() and all(w.ready for w in self.workers)):
+            if errors:
+                raise RuntimeError(f"starting the workers: {errors[0]!r}")
+            if spawned.is_set():
+                self.phase = "the workers' receive loops"
+                for w in self.workers:
+                    if not w.ready and w.proc is not None and not w.proc.is_alive():
+                        self._pump(0)
+                        raise RuntimeError(
+                            self.failed
+                            or f"worker {w.index} exited with status {w.proc.exitcode} "
+                            "while starting"
+                        )
+            now = time.monotonic()
+            if now > deadline:
+                self._kill_forkserver()
+                raise RuntimeError(
+                    f"not receiving within {timeout_s:.0f} s (start_timeout_s), still "
+                    f"waiting for {self.phase}"
+                )
+            if now - said >= PROGRESS_S:
+                said = now
+                log.info("starting for %.0f s: waiting for %s", now - t0, self.phase)
+            if spawned.is_set():
+                self._pump(0.1)
+            else:
+                spawned.wait(0.1)
+        self.phase = "running"
+        log.info("%d worker(s) receiving after %.1f s", self.n, time.monotonic() - t0)
+
+    def _kill_forkserver(self) -> None:
+        pid = _forkserver_pid()
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     def _pump(self, timeout: float) -> None:
         conns = {w.conn: w for w in self.workers if w.conn is not None}
