@@ -293,11 +293,17 @@ def demo(
         raise UserError("--duration: at least 10 s (the first congestion starts after 4 s)")
     if not 0 < period <= 10:
         raise UserError("--period: must be in (0, 10] seconds")
+    from int_collector.children import NotReady, on_signals
+
+    on_signals()  # SIGTERM and SIGHUP stop every process of the run, as Ctrl-C does
     cfg = LoopConfig(duration_s=duration, hotspot_every_s=hotspot_every, period_s=period, out=out)
     try:
         result = run(cfg, say=lambda line: console.print(line, highlight=False), influxd=influxd)
     except FileNotFoundError as e:
         raise UserError(str(e)) from None
+    except NotReady as e:
+        print(f"agg-optimizer demo: {e}", file=sys.stderr)
+        raise typer.Exit(1) from None
     out.mkdir(parents=True, exist_ok=True)
     (out / "timeline.json").write_text(json.dumps(result.__dict__, indent=1))
     plot(result, out / "loop.png")
@@ -319,18 +325,26 @@ def loop_summary(result: object) -> Table:
         table.add_column(col, justify="right")
     its = [x for x in result.iterations if x["job"] == "a"]
 
-    def mean_ms(lo: float, hi: float) -> str:
-        v = [x["cct_s"] for x in its if lo <= x["start_s"] < hi]
+    def mean_ms(lo: float, hi: float, *, within: bool) -> str:
+        """Job a's mean CCT over the iterations wholly inside [lo, hi) (`within`), or
+        those on the wire at some time in it."""
+        v = [
+            x["cct_s"] for x in its
+            if (lo <= x["start_s"] and x["start_s"] + x["cct_s"] <= hi if within
+                else x["start_s"] < hi and x["start_s"] + x["cct_s"] > lo)
+        ]  # fmt: skip
         return f"{np.mean(v) * 1e3:.0f} ms" if v else "-"
 
     for r, h in zip(result.reactions, result.hotspots, strict=True):
         moved = r["applied_s"]
+        onset = r["onset_s"]
         table.add_row(
             r["link"],
             "-" if r["reaction_s"] is None else f"{r['reaction_s'] * 1e3:.0f} ms",
-            mean_ms(r["onset_s"] - 3, r["onset_s"]),
-            mean_ms(r["onset_s"], moved if moved else (h["end_s"] or r["onset_s"])),
-            mean_ms(moved + 0.3, h["end_s"]) if moved and h["end_s"] else "-",
+            # before: iterations that ended before the congestion began
+            mean_ms(onset - 3, onset, within=True),
+            mean_ms(onset, moved if moved else (h["end_s"] or onset), within=False),
+            mean_ms(moved + 0.3, h["end_s"], within=True) if moved and h["end_s"] else "-",
             ", ".join(r["new"]) or "-",
         )
     rt = result.reaction_times()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -96,58 +95,93 @@ def _script(name: str) -> str:
 
 
 class _Proc:
+    """A part of the loop as its own process (its own process group, ended with the run
+    whatever ends it: `int_collector.children`), logging to `log`."""
+
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        from int_collector import children
+
         self.name, self.log = name, log
-        with open(log, "wb") as f:
-            self.p = subprocess.Popen(
-                argv, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+        self.p = children.spawn(argv, env={**os.environ, **env}, log=log)
 
     def check(self) -> None:
         if self.p.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"{self.name} exited with {self.p.returncode}:\n{tail}")
+            from int_collector.children import NotReady
+
+            raise NotReady(
+                f"{self.name} exited with status {self.p.returncode}; its log: {self.log}"
+            )
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
+        from int_collector import children
+
+        children.stop(self.p)
 
 
-def _wait(check: Callable[[], bool], timeout_s: float, what: str, procs: list[_Proc]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+# Deadlines for a cold first run on a loaded 2-core machine; each wait says every 10 s what
+# it waits for. The collector compiles its receive path if `make sync` has not (minutes at
+# a load of 20); the others take seconds on an idle machine.
+COLLECTOR_START_S = 900.0
+SERVICE_START_S = 300.0
+FIRST_TELEMETRY_S = 300.0
+
+
+def _wait(
+    check: Callable[[], bool], timeout_s: float, what: str, procs: list[_Proc], say: Say,
+    log: Path | None = None,
+) -> None:  # fmt: skip
+    from int_collector import children
+
+    def ready() -> bool:
         for p in procs:
             p.check()
+        return check()
+
+    def checked() -> bool:
         try:
-            if check():
-                return
+            return ready()
         except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            return False
+
+    t = time.monotonic()
+    try:
+        children.wait_ready(checked, what, timeout_s=timeout_s, log=log, say=say)
+    except children.NotReady:
+        for p in procs:  # a part that exited says so rather than the timeout
+            p.check()
+        raise
+    if time.monotonic() - t > 2:
+        say(f"{what}: ready after {time.monotonic() - t:.1f} s")
+
+
+def _clear(out: Path) -> None:
+    """An earlier run's results go before this run starts, so that what is left after a
+    failure is never taken for this run's."""
+    for name in ("timeline.json", "loop.png"):
+        (out / name).unlink(missing_ok=True)
+    shutil.rmtree(out / "run", ignore_errors=True)
 
 
 def run(cfg: LoopConfig, say: Say = print, influxd: Path | None = None) -> LoopResult:
+    """The scenario end to end. A part that does not come up raises
+    `int_collector.children.NotReady` naming it and its log; every process started here
+    ends before this returns or raises (SIGTERM and SIGHUP too, with `children.on_signals`)."""
     from int_collector.influxd import InfluxServer
 
     cfg.out.mkdir(parents=True, exist_ok=True)
+    _clear(cfg.out)
     # The processes' logs and the service's database stay in the output directory.
     work = cfg.out / "run"
-    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     influx = InfluxServer(influxd)
     procs: list[_Proc] = []
     fabric: LiveFabric | None = None
     try:
         t = time.monotonic()
-        influx.start()
+        say("starting InfluxDB 1.8.10")
+        influx.start(say=say)
         say(f"InfluxDB 1.8.10 up at {influx.url} ({time.monotonic() - t:.1f} s)")
-        int_port = _free_port()
+        int_port, int_http = _free_port(), _free_port()
         procs.append(
             _Proc(
                 "int-collector",
@@ -155,16 +189,26 @@ def run(cfg: LoopConfig, say: Say = print, influxd: Path | None = None) -> LoopR
                 {
                     "INT_COLLECTOR_INFLUX_URL": influx.url,
                     "INT_COLLECTOR_INFLUX_BUCKET": influx.bucket,
-                    "INT_COLLECTOR_HTTP_PORT": "0",
+                    "INT_COLLECTOR_HTTP_PORT": str(int_http),
                     "INT_COLLECTOR_TICK_S": "0.05",
                     "INT_COLLECTOR_FLUSH_INTERVAL_S": "0.05",
                     # A steady link is written at least every second, so the service's
                     # staleness bound (3 s) never drops a link that is congested and steady.
                     "INT_COLLECTOR_KEEPALIVE_S": "1",
+                    "INT_COLLECTOR_START_TIMEOUT_S": str(COLLECTOR_START_S),
                 },
                 work / "collector.log",
             )
         )
+        api_port = _free_port()
+        api = f"http://127.0.0.1:{api_port}/api/v1"
+        http = requests.Session()
+        # The collector's workers read their sockets before the fabric sends: a report that
+        # waited in a socket would be stamped late (docs/e2e.md).
+        say(f"starting int-collector (UDP {int_port}, health on :{int_http})")
+        _wait(lambda: http.get(f"http://127.0.0.1:{int_http}/readyz", timeout=2).ok,
+              COLLECTOR_START_S, "int-collector's /readyz", procs, say,
+              work / "collector.log")  # fmt: skip
         fabric = LiveFabric(
             LeafSpine(2, 4, 3),
             collector=("127.0.0.1", int_port),
@@ -177,8 +221,6 @@ def run(cfg: LoopConfig, say: Say = print, influxd: Path | None = None) -> LoopR
             f"INT reports every {cfg.report_interval_s * 1e3:.0f} ms to int-collector on "
             f"UDP {int_port}"
         )
-        api_port = _free_port()
-        api = f"http://127.0.0.1:{api_port}/api/v1"
         procs.append(
             _Proc(
                 "agg-optimizer serve",
@@ -197,11 +239,13 @@ def run(cfg: LoopConfig, say: Say = print, influxd: Path | None = None) -> LoopR
                 work / "service.log",
             )
         )
-        http = requests.Session()
-        _wait(lambda: http.get(api.rsplit("/api", 1)[0] + "/readyz", timeout=2).ok, 60,
-              "the service's /readyz", procs)  # fmt: skip
+        say(f"starting agg-optimizer serve on :{api_port}")
+        _wait(lambda: http.get(api.rsplit("/api", 1)[0] + "/readyz", timeout=2).ok,
+              SERVICE_START_S, "agg-optimizer serve's /readyz", procs, say,
+              work / "service.log")  # fmt: skip
         _wait(lambda: len(http.get(f"{api}/telemetry", timeout=2).json().get("links", [])) > 0,
-              30, "the first INT reports in the service's view", procs)  # fmt: skip
+              FIRST_TELEMETRY_S, "the first INT reports in the service's /telemetry", procs,
+              say, work / "collector.log")  # fmt: skip
         say(f"agg-optimizer serve up at {api} (control loop every {cfg.period_s * 1e3:.0f} ms)")
         return _scenario(cfg, fabric, http, api, influx, procs, say)
     finally:
@@ -465,33 +509,54 @@ def _epoch(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
+def _gapped(pts: list[tuple[float, float]], gap_s: float) -> tuple[list[float], list[float]]:
+    """The points as x and y lists with a NaN wherever consecutive x are more than `gap_s`
+    apart, so that a line breaks where data is missing instead of bridging it."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, (x, y) in enumerate(sorted(pts)):
+        if i and x - xs[-1] > gap_s:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
 def plot(result: LoopResult, path: Path) -> None:
     """Iteration time per job, the congested link's utilisation as the service saw it, and
-    the placement changes, on one time axis."""
+    the placement changes, on one time axis (the fabric's clock). Lines break where data is
+    missing (no iteration finished, or the service's telemetry was not read, for over 1 s)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
-    for job, colour in (("a", "tab:blue"), ("b", "tab:green")):
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    # Job b under job a (thinner, hollow markers): a's line, the one the scenario moves,
+    # stays visible where both take the same time.
+    styles = (("b", "tab:green", "s", 0.9, 2), ("a", "tab:blue", "o", 1.4, 3))
+    for job, colour, marker, lw, z in styles:
         pts = [(x["start_s"], x["cct_s"] * 1e3) for x in result.iterations if x["job"] == job]
         if pts:
-            t, c = zip(*pts, strict=True)
-            ax1.plot(t, c, ".-", ms=3, lw=0.8, color=colour, label=f"job {job}")
+            t, c = _gapped(pts, 1.0)
+            ax1.plot(t, c, "-", marker=marker, ms=3.5, lw=lw, color=colour, zorder=z,
+                     mfc="none" if job == "b" else colour, label=f"job {job}")  # fmt: skip
     for h in result.hotspots:
         for ax in (ax1, ax2):
             ax.axvspan(h["start_s"], h["end_s"] or h["start_s"], color="tab:red", alpha=0.08)
+    ymax = max((x["cct_s"] * 1e3 for x in result.iterations), default=1.0)
+    ax1.set_ylim(0, ymax * 1.35)  # headroom for the move labels, inside the axes
     for c in result.changes:
         if c["job"] == "a" and c["kind"] == "aggregation":
             ax1.axvline(c["t"], color="tab:purple", lw=0.8, ls="--")
             ax1.annotate(
-                ",".join(s.split(":")[-1] for s in c["aggregators"]) or "PS",
-                (c["t"], 1.0), xycoords=("data", "axes fraction"), fontsize=7,
-                rotation=90, va="top", ha="right", color="tab:purple",
+                " " + (",".join(s.split(":")[-1] for s in c["aggregators"]) or "PS"),
+                (c["t"], 0.98), xycoords=("data", "axes fraction"), fontsize=8,
+                rotation=90, va="top", ha="left", color="tab:purple", annotation_clip=True,
             )  # fmt: skip
     ax1.set_ylabel("iteration communication time (ms)")
-    ax1.legend(loc="upper left")
+    ax1.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     ax1.set_title("Closed loop on the simulated fabric: congestion (red), job a moved (purple)")
     links = sorted({(x["src"], x["dst"]) for x in result.telemetry if x["dst"].startswith("l")})
     hot = {tuple(h["link"]) for h in result.hotspots}
@@ -500,12 +565,12 @@ def plot(result: LoopResult, path: Path) -> None:
                if (x["src"], x["dst"]) == (src, dst)]  # fmt: skip
         if not pts or max(u for _, u in pts) < 0.05:
             continue
-        t, u = zip(*pts, strict=True)
-        ax2.plot(t, u, lw=1.2 if (src, dst) in hot else 0.7, label=f"{src}->{dst}")
+        t, u = _gapped(pts, 1.0)
+        ax2.plot(t, u, lw=1.4 if (src, dst) in hot else 0.7, label=f"{src}->{dst}")
     ax2.set_ylabel("utilisation (service's view of INT)")
-    ax2.set_xlabel("time (s)")
+    ax2.set_xlabel("time since the fabric started (s)")
     ax2.set_ylim(0, 1.05)
-    ax2.legend(loc="upper left", fontsize=7, ncol=4)
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

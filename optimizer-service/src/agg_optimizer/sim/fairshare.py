@@ -40,6 +40,18 @@ def fill(rows, width, links, mult, cls, capacity, link_rate):  # type: ignore[no
     return _compiled(rows, width, links, mult, cls, capacity, link_rate)
 
 
+def warm() -> None:
+    """Compile `fill` (or load it from numba's cache) for the simulator's array types, so
+    that a run that keeps time (the demo's live fabric) does not compile mid-run. `make
+    sync` runs it once (`python -m agg_optimizer.sim.fairshare`)."""
+    rows = np.zeros(1, dtype=np.int64)
+    width = np.ones(1, dtype=np.int64)
+    links = np.zeros((1, 8), dtype=np.int64)
+    mult = np.ones((1, 8))
+    cls = np.zeros(1, dtype=np.int64)
+    fill(rows, width, links, mult, cls, np.ones(1), np.zeros((2, 1)))
+
+
 def fill_numpy(
     rows: np.ndarray,
     width: np.ndarray,
@@ -201,3 +213,7 @@ def max_min_rates(
         fill, np.arange(n, dtype=np.int64), prio, width, links, mult, np.zeros_like(width), cap,
         link_rate,
     )  # fmt: skip
+
+
+if __name__ == "__main__":
+    warm()

@@ -221,7 +221,20 @@ class LiveFabric:
     def now(self) -> float:
         return time.monotonic() - self._t0
 
+    def _catch_up(self) -> float:
+        """Run the simulator up to the wall clock and return that time. Every event
+        (congestion, placement, class) is stamped with it and takes effect in the simulator
+        at it: one clock, even when the simulator thread lags on a loaded machine (it
+        stamped the wall clock and started flows at the simulator's earlier time before)."""
+        with self.lock:
+            t = max(self.sim.t, self.now())
+            self.sim.run(until=t)
+            return self.sim.t
+
     def start(self) -> LiveFabric:
+        from .fairshare import warm
+
+        warm()  # compiled (or loaded) before the clock starts, never mid-run
         self.rest.start()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._t0 = time.monotonic()
@@ -264,14 +277,15 @@ class LiveFabric:
                     self.classes.pop(key, None)
                 else:
                     self.classes[key] = int(body["priority_class"])
+                t = self._catch_up()
                 self.cluster.reprioritise()  # flows in flight move at once, as queues do
-                self.class_log.append((self.now(), key, self.classes.get(key)))
+                self.class_log.append((t, key, self.classes.get(key)))
             self._emit("priority", self.class_log[-1])
             return
         if kind != "aggregation":
             return
         with self.lock:
-            t = self.now()
+            t = self._catch_up()
             if body is None:
                 self.aggregation.pop(key, None)
                 self.changes.append(Change(t, key, [], "removed"))
@@ -336,7 +350,7 @@ class LiveFabric:
             path = [src, *self._switch_path(src, a), *self._switch_path(dst, b)[::-1], dst]
             path = list(dict.fromkeys(path))
             idx = np.array(self.fabric.path_links(path))
-            hs = Hotspot(link, self.now())
+            hs = Hotspot(link, self._catch_up())
             for _ in range(flows):
                 f = Flow(idx, np.ones(len(idx)), float("inf"), BACKGROUND)
                 hs.flows.append(self.sim.add(f))
@@ -346,9 +360,9 @@ class LiveFabric:
 
     def end_hotspot(self, hs: Hotspot) -> None:
         with self.lock:
+            hs.end_s = self._catch_up()
             for f in hs.flows:
                 self.sim.remove(f)
-            hs.end_s = self.now()
         self._emit("hotspot-end", hs)
 
     def _host_behind(self, switch: str, avoid: str) -> str:
