@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -19,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from int_collector import children
 from int_collector.influxd import free_port
 from int_collector.wire import Flow, Hop, int_md_v2, report_v2, udp_int_packet
 
 from .conftest import Db
-from .test_end_to_end import metrics, wait_for
+from .test_end_to_end import DEADLINE_S, START_S, metrics, wait_for
 
 SWITCHES = 16
 PER_SWITCH = 50
@@ -40,11 +40,11 @@ class Serve:
             "INT_COLLECTOR_INFLUX_BUCKET": db.bucket if db else "x/autogen",
             **env,
         }
-        self.proc = subprocess.Popen(
+        self.proc = children.spawn(
             [sys.executable, "-m", "int_collector", "serve", "--listen", f"127.0.0.1:{self.port}"],
             env=e, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        wait_for(lambda: self.metric("int_collector_workers") == workers, 60, "workers up")
+        wait_for(lambda: self.metric("int_collector_workers") == workers, START_S, "workers up")
 
     def metric(self, name: str) -> float:
         try:
@@ -60,9 +60,8 @@ class Serve:
             return e.code, json.load(e)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        """The service, its fork server and its workers (one process group)."""
+        children.stop(self.proc, timeout_s=0)
 
 
 @pytest.fixture
@@ -70,10 +69,6 @@ def serves() -> Iterator[list[Serve]]:
     started: list[Serve] = []
     yield started
     for s in started:
-        for w in s.health()[1].get("workers", []) if s.proc.poll() is None else []:
-            if w["pid"]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(w["pid"], signal.SIGKILL)
         s.kill()
 
 
@@ -104,7 +99,11 @@ def test_two_workers_count_every_report_once_and_flush_on_sigterm(
     serves.append(svc)
     send_from_switches(svc.port)
     total = SWITCHES * PER_SWITCH
-    wait_for(lambda: svc.metric("int_collector_reports_decoded_total") == total, 20, "all counted")
+    wait_for(
+        lambda: svc.metric("int_collector_reports_decoded_total") == total,
+        DEADLINE_S,
+        "all counted",
+    )
     code, health = svc.health()
     assert code == 200 and health["status"] == "ok"
     per_worker = [w["datagrams"] for w in health["workers"]]
@@ -113,7 +112,7 @@ def test_two_workers_count_every_report_once_and_flush_on_sigterm(
     assert all(v == 0 for (name, _), v in m.items() if name == "int_collector_reports_lost_total")
     assert db.flux("") == []
     svc.proc.send_signal(signal.SIGTERM)
-    assert svc.proc.wait(40) == 0, svc.proc.stderr.read() if svc.proc.stderr else ""
+    assert svc.proc.wait(DEADLINE_S) == 0, svc.proc.stderr.read() if svc.proc.stderr else ""
     rows = db.flux(
         '|> filter(fn: (r) => r._measurement == "int_reports" and r._field == "received")|> last()'
     )
@@ -132,11 +131,13 @@ def test_a_killed_worker_is_restarted_and_counted(serves: list[Serve]) -> None:
     serves.append(svc)
     send_from_switches(svc.port)
     total = SWITCHES * PER_SWITCH
-    wait_for(lambda: svc.metric("int_collector_reports_decoded_total") == total, 20, "counted")
+    wait_for(
+        lambda: svc.metric("int_collector_reports_decoded_total") == total, DEADLINE_S, "counted"
+    )
     victim = svc.health()[1]["workers"][0]["pid"]
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: svc.metric("int_collector_worker_restarts_total") == 1, 20, "restart")
-    wait_for(lambda: svc.health()[1]["receiving"], 30, "restarted worker receiving")
+    wait_for(lambda: svc.metric("int_collector_worker_restarts_total") == 1, DEADLINE_S, "restart")
+    wait_for(lambda: svc.health()[1]["receiving"], DEADLINE_S, "restarted worker receiving")
     pids = [w["pid"] for w in svc.health()[1]["workers"]]
     assert victim not in pids and svc.metric("int_collector_workers") == 2
     # The dead worker's counts stay in the totals; new reports are counted on top.
@@ -151,23 +152,23 @@ def test_too_many_restarts_stop_the_service(serves: list[Serve]) -> None:
     svc = Serve(1, None, INT_COLLECTOR_WORKER_RESTART_LIMIT="0")
     serves.append(svc)
     os.kill(svc.health()[1]["workers"][0]["pid"], signal.SIGKILL)
-    assert svc.proc.wait(30) == 1
+    assert svc.proc.wait(DEADLINE_S) == 1
     assert "more than 0 restarts" in (svc.proc.stderr.read() if svc.proc.stderr else "")
 
 
 def test_a_hung_worker_makes_health_degraded(serves: list[Serve]) -> None:
     svc = Serve(1, None)
     serves.append(svc)
-    wait_for(lambda: svc.health()[1]["receiving"], 20, "receiving")
+    wait_for(lambda: svc.health()[1]["receiving"], DEADLINE_S, "receiving")
     pid = svc.health()[1]["workers"][0]["pid"]
     os.kill(pid, signal.SIGSTOP)  # alive, but neither receiving nor reporting
     try:
-        wait_for(lambda: svc.health()[0] == 503, 10, "degraded")
+        wait_for(lambda: svc.health()[0] == 503, DEADLINE_S, "degraded")
         assert svc.health()[1]["workers"][0]["receiving"] is False
         assert _readyz(svc.http) == 503
     finally:
         os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: svc.health()[1]["receiving"], 10, "receiving again")
+    wait_for(lambda: svc.health()[1]["receiving"], DEADLINE_S, "receiving again")
 
 
 def _udp_bound(port: int) -> bool:
@@ -203,28 +204,23 @@ def test_reports_sent_once_the_port_is_bound_are_all_read(db: Db) -> None:
         "INT_COLLECTOR_INFLUX_URL": db.server.url,
         "INT_COLLECTOR_INFLUX_BUCKET": db.bucket,
     }
-    proc = subprocess.Popen(
+    proc = children.spawn(
         [sys.executable, "-m", "int_collector", "serve", "--listen", f"127.0.0.1:{port}"],
         env=env, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: _udp_bound(port) or proc.poll() is not None, 60, "port bound")
+        wait_for(lambda: _udp_bound(port) or proc.poll() is not None, START_S, "port bound")
         codes = {_readyz(http)}
         send_from_switches(port)  # while the workers load
         total = SWITCHES * PER_SWITCH
-        wait_for(lambda: codes.add(_readyz(http)) or 200 in codes, 60, "ready")
+        wait_for(lambda: codes.add(_readyz(http)) or 200 in codes, START_S, "ready")
         assert codes - {None} <= {200, 503}
         with urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=2) as r:
             assert json.load(r) == {"ready": True, "workers": 2, "receiving": 2}
-        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == total, 20)
+        wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == total)
         wait_for(lambda: _metric(http, "int_collector_reports_decoded_total") == total, 1)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        children.stop(proc, timeout_s=DEADLINE_S)
 
 
 def _metric(http: int, name: str) -> float:

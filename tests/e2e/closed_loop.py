@@ -42,6 +42,7 @@ import requests
 
 from agg_optimizer.service import onosd
 from agg_optimizer.service.onos import intent_key
+from int_collector import children
 from int_collector.influxd import InfluxServer
 from p4 import bmv2
 
@@ -252,23 +253,18 @@ class ClosedLoop:
             "INT_COLLECTOR_KEEPALIVE_S": str(self.p.collector_keepalive_s),
         }
         log = self.workdir / "collector.log"
-        proc = self.procs["collector"] = subprocess.Popen(
-            [str(BIN / "int-collector"), "serve"],
-            env=env,
-            stdout=open(log, "w"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-            text=True,
+        proc = self.procs["collector"] = children.spawn(
+            [str(BIN / "int-collector"), "serve"], env=env, log=log
         )
         # The collector binds its socket at once but reads it only once its receive path is
-        # compiled: 18 s on a fresh numba cache here, 40 s beside ONOS and five bmv2. Reports
-        # wait in the socket meanwhile and are stamped when read, so a loop started earlier
-        # saw its first congestion 20 s late (a fresh clone's first run failed so). It logs
+        # loaded (compiled, on a numba cache `make sync` did not fill: 18 s idle, 40 s beside
+        # ONOS and five bmv2). Reports wait in the socket meanwhile and are stamped when
+        # read, so a loop started earlier saw its first congestion 20 s late. It logs
         # "listening" once every worker reads.
-        deadline = time.monotonic() + 180
-        while "listening on udp" not in log.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"int-collector not reading its socket:\n{log.read_text()}")
-            time.sleep(0.2)
+        children.wait_ready(
+            lambda: "listening on udp" in log.read_text(), "int-collector reading its socket",
+            timeout_s=900, proc=proc, log=log, say=print,
+        )  # fmt: skip
 
     def _service(self) -> None:
         port = bmv2.free_port()
@@ -285,13 +281,10 @@ class ClosedLoop:
             "AGG_OPTIMIZER_TELEMETRY_WINDOW_S": "120",
             "AGG_OPTIMIZER_INTENT_WAIT_S": "30",
         }
-        self.procs["service"] = subprocess.Popen(
+        self.procs["service"] = children.spawn(
             [str(BIN / "agg-optimizer"), "serve", "--port", str(port)],
-            env=env,
-            stdout=open(self.workdir / "service.log", "w"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+            env=env, log=self.workdir / "service.log",
+        )  # fmt: skip
         self.service_url = f"http://127.0.0.1:{port}/api/v1"
 
         def ready() -> bool:
@@ -301,7 +294,7 @@ class ClosedLoop:
             except requests.RequestException:
                 return False
 
-        onosd.wait_for(ready, 60, "the optimizer service answering")
+        onosd.wait_for(ready, 300, "the optimizer service answering")
 
     def api(self, method: str, path: str, **kw: Any) -> requests.Response:
         # JSON's content type even without a body: the service refuses body-less mutations
@@ -666,7 +659,9 @@ class ClosedLoop:
             self.sniffer.stop()
         for name in ("background", "worker0", "worker1", "ps", "sink", "service", "collector"):
             p = self.procs.pop(name, None)
-            if p is not None and p.poll() is None:
+            if p is not None and name in ("service", "collector"):
+                children.stop(p)  # their own process groups (the collector's workers)
+            elif p is not None and p.poll() is None:
                 p.terminate()
                 try:
                     p.wait(10)

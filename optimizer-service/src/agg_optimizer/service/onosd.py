@@ -144,17 +144,14 @@ class OnosServer:
             "ONOS_APPS": ",".join(self.apps),
             "JAVA_OPTS": JAVA_OPTS,
         }
-        log = open(self.dir / "onos.log", "ab")  # noqa: SIM115 - owned by the process
-        self.proc = subprocess.Popen(
-            [str(self.home / "bin" / "onos-service"), "server"],
-            cwd=self.home,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        from int_collector import children
+
+        # Its own process group (the script, Karaf's Java), ended with this process.
+        with open(self.dir / "onos.log", "ab") as log:
+            self.proc = children.spawn(
+                [str(self.home / "bin" / "onos-service"), "server"],
+                cwd=self.home, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         try:
             deadline = time.monotonic() + timeout_s
             self.wait_ready(deadline - time.monotonic())
@@ -251,13 +248,10 @@ class OnosServer:
     def stop(self, remove: bool = False) -> None:
         if self.attached:
             return
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
+        if self.proc is not None:
+            from int_collector import children
+
+            children.stop(self.proc, timeout_s=60)
         self.proc = None
         if remove:
             shutil.rmtree(self.dir, ignore_errors=True)
