@@ -250,7 +250,7 @@ def test_the_balancer_keeps_each_switch_on_one_worker_and_splits_them_evenly() -
         for _ in range(5):
             out.sendto(bytes([0x10]) + bytes(60), ("127.0.0.1", port))
         seen: list[list[bytes]] = [[], []]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while sum(map(len, seen)) < 48 * 3 + 5 and time.monotonic() < deadline:
             ready, _, _ = select.select(socks, [], [], 0.5)
             for sk in ready:

@@ -204,7 +204,7 @@ class ClosedLoop:
         move). So every entry is checked, at start and before each episode, and asked for
         again while missing: a changed report config makes the INT app program every device
         again, and the watchlist is the INT intent's."""
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 300
         while True:
             try:
                 onosd.wait_for(lambda: not self._int_missing(), 8 if first else 0.1, "INT")
@@ -412,7 +412,7 @@ class ClosedLoop:
                 for f in flows
             )
 
-        onosd.wait_for(pinned, 30, f"the background's intent through {spine}")
+        onosd.wait_for(pinned, 120, f"the background's intent through {spine}")
 
     def _wait_moved(self, spine: str, timeout_s: float = 15.0) -> float | None:
         """When ONOS holds every intent of the job INSTALLED through another spine than

@@ -101,8 +101,8 @@ class Fabric:
             self._wire()
             self._start_switches()
             self._configure_onos()
-            onosd.wait_for(self._devices_up, 90, "every switch available in ONOS")
-            onosd.wait_for(self._links_up, 60, "every link discovered by ONOS")
+            onosd.wait_for(self._devices_up, 300, "every switch available in ONOS")
+            onosd.wait_for(self._links_up, 300, "every link discovered by ONOS")
             return self
         except BaseException:
             self.stop()
@@ -284,7 +284,7 @@ class Fabric:
                 out[h] = x
             return out
 
-        return onosd.wait_for(learned, 60, "every host learned at its port")
+        return onosd.wait_for(learned, 300, "every host learned at its port")
 
     def name_of(self, device: str) -> str | None:
         """The switch name of an ONOS device id of this fabric."""
@@ -348,7 +348,7 @@ class Fabric:
             return r.status_code == 200 and not set(ours) & {d["id"] for d in r.json()["devices"]}
 
         try:
-            onosd.wait_for(gone, 60, f"{sorted(ours)} removed from ONOS")
+            onosd.wait_for(gone, 300, f"{sorted(ours)} removed from ONOS")
         finally:
             for h in self.hosts:
                 subprocess.run(["ip", "netns", "del", self.ns(h)], capture_output=True)

@@ -138,7 +138,7 @@ def test_the_overlay_shows_a_placed_job(
                 return False
             return True
 
-        onosd.wait_for(clicked, 10, f"a click on {glyph}")
+        onosd.wait_for(clicked, 60, f"a click on {glyph}")
 
     if prefs.get("ovid") == OVERLAY_ID:  # selecting it again would do nothing
         click("m_unknown")  # the 'no overlay' button
@@ -147,7 +147,7 @@ def test_the_overlay_shows_a_placed_job(
     panel = onosd.wait_for(
         lambda: browser.find_elements(By.CSS_SELECTOR, "#innet-agg-job-panel h2"), 30, "panel"
     )
-    onosd.wait_for(lambda: panel[0].text == "resnet-gui", 30, "the job's panel")
+    onosd.wait_for(lambda: panel[0].text == "resnet-gui", 120, "the job's panel")
 
     badges = {placed_job["ps"]: "PS"}
     for agg in placed_job["aggregators"]:

@@ -214,7 +214,7 @@ def test_onos_unreachable_gives_503_with_reason(client: TestClient, onos: Standi
     assert r.status_code == 503 and "unreachable" in r.json()["detail"]
     # /readyz answers from the background probe (every PROBE_PERIOD_S, 1 s): at once, and
     # with ONOS down by the next probe.
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 60  # a loaded machine
     while (r := client.get("/readyz")).status_code != 503 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert r.status_code == 503 and r.json()["checks"]["influxdb"] == "ok"

@@ -222,7 +222,7 @@ def test_a_chunked_body_over_the_limit_gets_413_over_real_http(settings: Setting
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
 
