@@ -265,3 +265,42 @@ def test_the_balancer_keeps_each_switch_on_one_worker_and_splits_them_evenly() -
     assert nodes[0] | nodes[1] == set(range(1, 49))
     assert len(nodes[0]) == len(nodes[1]) == 24, [sorted(n) for n in nodes]
     assert sum(d[0] >> 4 == 1 for got in seen for d in got) == 5
+
+
+def _healthz_body(http: int) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=2) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        return json.load(e)
+    except (urllib.error.URLError, ConnectionError):
+        return {}
+
+
+def test_a_cold_start_says_what_it_waits_for_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """With an empty numba cache (`int-collector compile` never ran) the fork server
+    compiles for 15 CPU-seconds: meanwhile /healthz says so and /readyz is 503, and a
+    SIGTERM ends the start at once, leaving no process of it."""
+    port, http = free_port(), free_port()
+    env = {
+        **os.environ,
+        "INT_COLLECTOR_HTTP_PORT": str(http),
+        "INT_COLLECTOR_INFLUX_URL": "http://127.0.0.1:9",
+        "NUMBA_CACHE_DIR": str(tmp_path / "empty-cache"),
+    }
+    proc = children.spawn(
+        [sys.executable, "-m", "int_collector", "serve", "--listen", f"127.0.0.1:{port}"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _healthz_body(http).get("status") == "starting", START_S, "starting")
+        body = _healthz_body(http)
+        assert "compiled receive path" in body["waiting_for"], body
+        assert _readyz(http) == 503
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(DEADLINE_S) == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "stopped while starting" in err, err[-2000:]  # not once the compile is done
+        wait_for(lambda: not children.group_alive(proc.pid), DEADLINE_S, "the fork server gone")
+    finally:
+        children.stop(proc)

@@ -129,9 +129,9 @@ def wait_ready(
     every_s: float = 10.0,
     poll_s: float = 0.1,
 ) -> float:
-    """Poll `check` (exceptions but `NotReady` count as not yet) until it is true; every `every_s` say
-    what is awaited and for how long. Raises `NotReady` naming `what` and `log` when `proc`
-    exits or `timeout_s` passes. Returns the seconds waited."""
+    """Poll `check` (exceptions but `NotReady` count as not yet) until it is true; every
+    `every_s` say what is awaited and for how long. Raises `NotReady` naming `what` and
+    `log` when `proc` exits or `timeout_s` passes. Returns the seconds waited."""
     t0 = time.monotonic()
     said = t0
     where = f"; its log: {log}" if log is not None else ""

@@ -68,6 +68,10 @@ def prestart(settings: Settings) -> None:
     forkserver.ensure_running()
 
 
+class _StoppedWhileStarting(Exception):
+    """SIGTERM or SIGINT arrived before every worker was up."""
+
+
 def _forkserver_pid() -> int | None:
     from multiprocessing import forkserver
 
@@ -282,6 +286,9 @@ class Supervisor:
         threading.Thread(target=spawn_all, name="spawn-workers", daemon=True).start()
         said = t0
         while not (spawned.is_set() and all(w.ready for w in self.workers)):
+            if self._stop.is_set():
+                self._kill_forkserver()
+                raise _StoppedWhileStarting
             if errors:
                 raise RuntimeError(f"starting the workers: {errors[0]!r}")
             if spawned.is_set():
@@ -412,6 +419,10 @@ def serve(settings: Settings, socks: list[socket.socket] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         sup.start()
+    except _StoppedWhileStarting:
+        log.info("stopped while starting")
+        sup._shutdown()
+        return 0
     except RuntimeError as e:
         sup.stop()
         sup._shutdown()
