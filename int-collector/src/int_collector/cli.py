@@ -72,6 +72,7 @@ def compile() -> None:
     import time
 
     t = time.monotonic()
+    typer.echo("compiling the receive path into numba's cache (once per install: 15 CPU-s)")
     from . import fast
 
     fast.warm()

@@ -216,4 +216,9 @@ def max_min_rates(
 
 
 if __name__ == "__main__":
+    import time
+
+    t = time.monotonic()
+    print("compiling the simulator's fair-share loop into numba's cache (once per install)")
     warm()
+    print(f"fair-share loop compiled, or loaded from the cache, in {time.monotonic() - t:.1f} s")
