@@ -19,6 +19,8 @@ sync: $(UV)
 	$(RUN) python -m agg_optimizer.sim.fairshare
 
 $(HOME)/.local/bin/uv:
+	@echo "make: uv is not on PATH: installing it from PyPI into $(HOME)/.local/bin" \
+	  "(add that folder to PATH to run the README's 'uv run' lines yourself)"
 	python3 -m pip install --quiet --user uv
 
 lint: sync
