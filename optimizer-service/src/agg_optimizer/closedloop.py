@@ -533,15 +533,15 @@ def plot(result: LoopResult, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-    # Job b under job a (thinner, hollow markers): a's line, the one the scenario moves,
-    # stays visible where both take the same time.
-    styles = (("b", "tab:green", "s", 0.9, 2), ("a", "tab:blue", "o", 1.4, 3))
-    for job, colour, marker, lw, z in styles:
+    # Job b as a wide pale band under job a's thin line: where both take the same time, a's
+    # line runs inside b's band, so neither hides the other.
+    styles = (("b", "tab:green", dict(lw=6, alpha=0.35, solid_capstyle="butt"), 2),
+              ("a", "tab:blue", dict(lw=1.2, marker="o", ms=2.5), 3))  # fmt: skip
+    for job, colour, style, z in styles:
         pts = [(x["start_s"], x["cct_s"] * 1e3) for x in result.iterations if x["job"] == job]
         if pts:
             t, c = _gapped(pts, 1.0)
-            ax1.plot(t, c, "-", marker=marker, ms=3.5, lw=lw, color=colour, zorder=z,
-                     mfc="none" if job == "b" else colour, label=f"job {job}")  # fmt: skip
+            ax1.plot(t, c, "-", color=colour, zorder=z, label=f"job {job}", **style)
     for h in result.hotspots:
         for ax in (ax1, ax2):
             ax.axvspan(h["start_s"], h["end_s"] or h["start_s"], color="tab:red", alpha=0.08)
