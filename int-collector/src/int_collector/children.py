@@ -105,13 +105,17 @@ class Stopped(SystemExit):
 
 
 def on_signals() -> None:
-    """Make SIGTERM and SIGHUP unwind the main thread (exit status 128 + signal)."""
+    """Make SIGTERM and SIGHUP unwind the main thread (exit status 128 + signal), and SIGINT
+    raise KeyboardInterrupt even where this process was started with it ignored (a shell
+    starts a script's background jobs so, and Python then keeps ignoring it: a demo run
+    from CI in the background ran on through Ctrl-C's signal)."""
 
     def handler(signum: int, _frame: object) -> None:
         raise Stopped(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class NotReady(RuntimeError):

@@ -155,7 +155,14 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.failed = ""
-        self.phase = "binding sockets"
+        # What a start waits for, from the first answer of /healthz on (the sockets are
+        # bound before it answers, and `prestart` started the fork server already).
+        self.phase = (
+            "the fork server to load the compiled receive path (numba's cache; compiled "
+            "now if `int-collector compile` has not run since install)"
+            if settings.fast_path
+            else "the fork server to import the collector"
+        )
         self._ctx = _context(settings.fast_path)
         # One socket per worker, bound before anything else (listen.py): a bad address or
         # a port held by another program fails now with one line, port 0 gets its number,
@@ -264,12 +271,6 @@ class Supervisor:
         timeout_s = self.s.start_timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        self.phase = (
-            "the fork server to load the compiled receive path (numba's cache; compiled "
-            "now if `int-collector compile` has not run since install)"
-            if self.s.fast_path
-            else "the fork server to import the collector"
-        )
         # The first fork waits for the server's preload: off this thread, so the deadline
         # and the progress lines keep running.
         spawned = threading.Event()
