@@ -427,7 +427,11 @@ class ClosedLoop:
         while time.monotonic() < deadline:
             moved = True
             for key in keys:
-                r = self.onos.request("GET", f"/intents/{SERVICE_APP}/{key}")
+                try:
+                    r = self.onos.request("GET", f"/intents/{SERVICE_APP}/{key}")
+                except requests.RequestException:  # ONOS slow under load: not moved yet
+                    moved = False
+                    break
                 body = r.json() if r.status_code == 200 else {}
                 way = [w for c in body.get("constraints", []) for w in c.get("waypoints", [])]
                 if body.get("state") != "INSTALLED" or not way or old in way:
