@@ -261,7 +261,9 @@ class OnosServer:
     def request(self, method: str, path: str, **kw: object) -> requests.Response:
         """`path` under /onos/v1, or absolute from the root when it starts with /onos/."""
         url = (self.root if path.startswith("/onos/") else self.url) + path
-        kw.setdefault("timeout", 15)
+        # ONOS beside five bmv2 and two busy loops on 2 cores stalled a GET over 15 s
+        # (CI under load, twice): the harness waits longer than any stall it has shown.
+        kw.setdefault("timeout", 60)
         return requests.request(method, url, auth=self.auth, **kw)  # type: ignore[arg-type]
 
     def get(self, path: str) -> dict:
