@@ -178,7 +178,16 @@ class ClosedLoop:
         self.ensure_int(first=True)
 
     def _int_missing(self) -> list[str]:
-        """The INT entries and groups the leaves should hold (ADDED) and do not."""
+        """The INT entries and groups the leaves should hold (ADDED) and do not; an ONOS
+        that answers an error or not at all (seen under load: a 500 or no answer in 60 s
+        to `GET /flows/{device}`) counts as all of them missing, for `ensure_int` to ask
+        again until its deadline."""
+        try:
+            return self._int_missing_now()
+        except requests.RequestException as e:
+            return [f"ONOS did not answer: {e}"]
+
+    def _int_missing_now(self) -> list[str]:
         leaves = [s.device for s in self.fabric.switches.values() if s.name.startswith("lf")]
         src = self.fabric.switches["lf1"].device
 
