@@ -9,11 +9,11 @@ new command needs a test before it lands."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from int_collector import children
-from int_collector.influxd import InfluxServer
+from int_collector.influxd import InfluxServer, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -122,10 +122,22 @@ def _run(script: str, *, cwd: Path, env: dict[str, str] | None = None, timeout: 
     )  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextlib.contextmanager
+def _server(line: str, what: str, readyz: str, env: dict[str, str], log: Path) -> Iterator[None]:
+    """A README line that starts a server, run by bash (`uv run X` = X from .venv) in its
+    own process group; ready once `readyz` answers 200, stopped on leaving."""
+    proc = children.spawn(
+        ["bash", "-c", f'uv() {{ shift; exe="$1"; shift; exec "{BIN}/$exe" "$@"; }}\n{line}'],
+        env={**os.environ, **env}, log=log,
+    )  # fmt: skip
+    try:
+        children.wait_ready(
+            lambda: urllib.request.urlopen(readyz, timeout=2).status == 200, what,
+            timeout_s=START_S, proc=proc, log=log,
+        )  # fmt: skip
+        yield
+    finally:
+        children.stop(proc)
 
 
 @pytest.mark.parametrize("target", ["demo", "test", "p4", "influxdb"])
@@ -169,23 +181,15 @@ def standin_onos() -> Iterator[str]:
 def test_the_service_and_scheduling_blocks(
     tmp_path: Path, standin_onos: str, influx: InfluxServer
 ) -> None:
-    port = _free_port()
+    port = free_port()
     service, calls = block_with("AGG_OPTIMIZER_ONOS_URL="), block_with("curl -XPOST")
     start, curls = service.split("curl", 1)
     start = start.replace("http://127.0.0.1:8181/onos/v1", standin_onos)
     start = start.replace("http://127.0.0.1:8086", influx.url).replace("8080", str(port))
     env = {"AGG_OPTIMIZER_INFLUX_BUCKET": influx.bucket,
            "AGG_OPTIMIZER_DB_PATH": str(tmp_path / "db.sqlite")}  # fmt: skip
-    proc = children.spawn(
-        ["bash", "-c", f'uv() {{ shift; exe="$1"; shift; exec "{BIN}/$exe" "$@"; }}\n{start}'],
-        env={**os.environ, **env}, log=tmp_path / "service.log",
-    )  # fmt: skip
-    try:
-        children.wait_ready(
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status
-            == 200, "agg-optimizer serve", timeout_s=START_S, proc=proc,
-            log=tmp_path / "service.log",
-        )  # fmt: skip
+    with _server(start, "agg-optimizer serve", f"http://127.0.0.1:{port}/readyz", env,
+                 tmp_path / "service.log"):  # fmt: skip
         # Each curl of both blocks, with -f: a 4xx or 5xx fails the script.
         script = (
             ("curl" + curls + calls)
@@ -198,8 +202,6 @@ def test_the_service_and_scheduling_blocks(
         assert any(d.get("id") == "a" for d in docs), r.stdout[:2000]  # the job created
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/jobs/a/placement") as p:
             assert json.load(p)["status"] == "applied"
-    finally:
-        children.stop(proc)
 
 
 def test_the_host_agent_block(tmp_path: Path) -> None:
@@ -217,23 +219,15 @@ def test_the_collector_block(tmp_path: Path, influx: InfluxServer) -> None:
     serve = next(ln for ln in lines if "int-collector serve" in ln)
     generate = next(ln for ln in lines if "int-collector generate" in ln)
     decode = next(ln for ln in lines if "int-collector decode" in ln)
-    udp, http = _free_port(), _free_port()
+    udp, http = free_port(), free_port()
     env = {
         "INT_COLLECTOR_LISTEN_PORT": str(udp),
         "INT_COLLECTOR_HTTP_PORT": str(http),
         "INT_COLLECTOR_INFLUX_URL": influx.url,
         "INT_COLLECTOR_INFLUX_BUCKET": influx.bucket,
     }
-    proc = children.spawn(
-        ["bash", "-c", f'uv() {{ shift; exe="$1"; shift; exec "{BIN}/$exe" "$@"; }}\n{serve}'],
-        env={**os.environ, **env}, log=tmp_path / "collector.log",
-    )  # fmt: skip
-    try:
-        children.wait_ready(
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=2).status
-            == 200, "int-collector serve", timeout_s=START_S, proc=proc,
-            log=tmp_path / "collector.log",
-        )  # fmt: skip
+    with _server(serve, "int-collector serve", f"http://127.0.0.1:{http}/readyz", env,
+                 tmp_path / "collector.log"):  # fmt: skip
         r = _run(generate.replace("32766", str(udp)), cwd=tmp_path, timeout=300)
         assert r.returncode == 0, r.stderr
         sent = int(re.search(r"sent (\d+) reports", r.stderr).group(1))  # type: ignore[union-attr]
@@ -246,8 +240,6 @@ def test_the_collector_block(tmp_path: Path, influx: InfluxServer) -> None:
             return got is not None and float(got.group(1)) >= sent
 
         children.wait_ready(counted, "every generated report counted", timeout_s=120)
-    finally:
-        children.stop(proc)
     r = _run(decode, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     (report,) = json.loads(r.stdout)
