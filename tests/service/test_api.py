@@ -200,12 +200,15 @@ def test_onos_down_mid_apply_is_partial_then_reconciled(
     assert client.get("/api/v1/jobs/resnet-a/placement").json()["status"] == "partial"
     assert len(ours(onos)) == 1
     onos.route = original  # type: ignore[method-assign]
+    # The placement was recorded as desired before anything was sent: reconcile finishes
+    # it (the five intents ONOS never got, and the aggregation document).
     rec = client.post("/api/v1/reconcile").json()
-    assert rec["removed"] == [] and rec["resubmitted"] == []
+    assert rec["removed"] == [] and len(rec["resubmitted"]) == 5, rec
+    assert rec["repaired"] == ["resnet-a"]
     assert client.get("/api/v1/jobs/resnet-a/placement").json()["status"] == "applied"
+    assert len(ours(onos)) == 6 and "resnet-a" in onos.aggregation
     res = client.post("/api/v1/jobs/resnet-a/placement").json()
-    assert res["status"] == "applied" and len(res["changes"]["submit"]) == 5
-    assert len(ours(onos)) == 6
+    assert res["status"] == "applied" and res["changes"]["submit"] == []
 
 
 def test_onos_unreachable_gives_503_with_reason(client: TestClient, onos: StandinOnos) -> None:
@@ -238,10 +241,19 @@ def test_restart_reconciles_no_duplicates_no_orphans(onos, influx, bucket, tmp_p
     with TestClient(app2, headers={"Content-Type": "application/json"}) as c:
         assert {j["id"] for j in c.get("/api/v1/jobs").json()} == {"resnet-a", "b"}
         keys = set(ours(onos))
-        assert gone in keys and "ia-ghost-000000000009" not in keys and len(keys) == 8
+        # The ghost is no intent this store ever submitted: another instance's, maybe.
+        assert gone in keys and "ia-ghost-000000000009" in keys and len(keys) == 9
         res = c.post("/api/v1/placements", json={}).json()
         assert all(r["changes"]["submit"] == [] for r in res)
+        assert c.post("/api/v1/reconcile").json()["foreign"] == ["ia-ghost-000000000009"]
     app2.state.service.close()
+    # Taking the fabric over (its database lost) withdraws what the store does not own.
+    s3 = s.model_copy(update={"withdraw_foreign_intents": True})
+    app3 = create_app(s3, loop=False)
+    with TestClient(app3, headers={"Content-Type": "application/json"}):
+        keys = set(ours(onos))
+        assert "ia-ghost-000000000009" not in keys and len(keys) == 8
+    app3.state.service.close()
 
 
 def test_bearer_token_guards_mutations(onos, influx, bucket, tmp_path) -> None:

@@ -158,9 +158,9 @@ def test_a_job_the_loop_moves_never_takes_the_pool_of_a_job_it_keeps(
     real = svc.compute
     calls: list[list[str]] = []
 
-    def compute(view: Any, ids: Any, strategy: Any = None) -> Any:
+    def compute(view: Any, ids: Any, strategy: Any = None, unplaceable: Any = None) -> Any:
         calls.append(sorted(ids))
-        out = real(view, ids, strategy)
+        out = real(view, ids, strategy, unplaceable)
         if len(calls) == 1:
             strat, placement = out["a"]
             clash = JobPlacement.model_validate({**b_doc, "job_id": "a"})

@@ -15,6 +15,7 @@ from ..engine import STRATEGIES, solve
 from ..network import Network, cct_of
 from ..pools import PoolAllocator
 from ..validation import InstanceError, check_instance
+from .applier import Applier, Partial
 from .onos import (
     AggregationApi,
     HostInfo,
@@ -23,11 +24,10 @@ from .onos import (
     OnosUnavailable,
     PriorityApi,
     intent_digest,
-    job_of_key,
     resolve_host,
 )
 from .settings import Settings
-from .store import Store
+from .store import DELETING, PENDING, Store
 from .telemetry import InfluxUnavailable, Snapshot, TelemetryReader
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,9 @@ class Service:
         )
         self.aggregation = AggregationApi(self.onos)
         self.priority = PriorityApi(self.onos)
+        self.applier = Applier(
+            settings, self.store, self.onos, self.aggregation, self.priority, self._count
+        )
         self.sched = ScheduleState()
         self._sched_lock = threading.Lock()
         self._sched_wake = threading.Event()
@@ -130,8 +133,6 @@ class Service:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.counters: dict[str, int] = {}
-        # Jobs the last solve left out (id -> reason), under apply_lock.
-        self.unplaceable: dict[str, str] = {}
         self._view: tuple[float, View] | None = None
         self._view_lock = threading.Lock()
         # Peer plans of the view in force: workers that poll their plan share one solve
@@ -295,27 +296,24 @@ class Service:
     def delete_job(self, job_id: str) -> dict[str, Any]:
         self.get_job(job_id)
         with self.apply_lock:
+            with self._sched_lock:
+                pushed = job_id in self.sched.pushed
             try:
-                ours = self.onos.our_intents()
-                keys = set(self.store.intents(job_id)) | {
-                    k for k in ours if job_of_key(k) == job_id
-                }
-                for key in sorted(keys):
-                    self.onos.delete_intent(key)
-                    self.store.drop_intent(key)
-                agg = self.aggregation.remove(job_id)
-                with self._sched_lock:
-                    self.sched.held_by.pop(job_id, None)
-                    if self.sched.pushed.pop(job_id, None) is not None:
-                        self.priority.remove(job_id)
+                n, agg = self.applier.remove(job_id, pushed)
             except OnosUnavailable as e:
                 raise Unavailable(
-                    f"{e}; job {job_id!r} kept, delete it again when ONOS is back"
+                    f"{e}; job {job_id!r} is marked for deletion and reconcile finishes it "
+                    "when ONOS is back"
                 ) from None
             except OnosError as e:
-                log.warning("class of %s not removed: %s", job_id, e)
-            self.store.delete_job(job_id)
-        return {"job_id": job_id, "intents_removed": len(keys), "aggregation": agg}
+                raise Unavailable(
+                    f"ONOS rejected a request: {e}; job {job_id!r} is marked for deletion "
+                    "and reconcile finishes it"
+                ) from None
+            with self._sched_lock:
+                self.sched.held_by.pop(job_id, None)
+                self.sched.pushed.pop(job_id, None)
+        return {"job_id": job_id, "intents_removed": n, "aggregation": agg}
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -524,11 +522,16 @@ class Service:
         jobs: list[dict[str, Any]],
         reserved: dict[str, list[SlotPool]] | None = None,
     ) -> Instance:
+        # The aggregators each job holds now, on the switches the topology still has: a
+        # switch that left holds nothing, and its jobs are re-placed without it.
+        live = {n.id for n in view.topology.nodes if n.kind == "switch"}
         current = {}
         for j in jobs:
             cur = self.store.current(j["id"])
             if cur and cur["status"] in HOLDING:
-                current[j["id"]] = [a["switch"] for a in cur["placement"]["aggregators"]]
+                current[j["id"]] = [
+                    a["switch"] for a in cur["placement"]["aggregators"] if a["switch"] in live
+                ]
         tel = view.snapshot.telemetry if view.snapshot else Telemetry()
         return Instance(
             topology=view.topology,
@@ -540,15 +543,22 @@ class Service:
         )
 
     def compute(
-        self, view: View, job_ids: list[str] | None, strategy: str | None = None
+        self,
+        view: View,
+        job_ids: list[str] | None,
+        strategy: str | None = None,
+        unplaceable: dict[str, str] | None = None,
     ) -> dict[str, tuple[str, Placement]]:
         """Placements by job id. Jobs are solved together with the other jobs of the same
         strategy (shared links and slot pools); a strategy override solves the asked jobs.
+        Jobs left out go into `unplaceable` (id -> reason); they never block the others.
 
         One slot ledger for all jobs: the pools of applied jobs that are not re-placed now,
         whatever their strategy, and those given to the asked jobs of groups solved before,
         are held; the asked jobs' pools never overlap them."""
-        all_jobs = self.store.jobs()
+        unplaceable = {} if unplaceable is None else unplaceable
+        deleting = {j for j, d in self.store.desired().items() if d["state"] == DELETING}
+        all_jobs = [j for j in self.store.jobs() if j["id"] not in deleting]
         known = {j["id"] for j in all_jobs}
         for jid in job_ids or []:
             if jid not in known:
@@ -562,7 +572,6 @@ class Service:
             groups.setdefault(strat, []).append(j)
         held = self._held(all_jobs, wanted)  # switch -> [(owner, pool)]
         out: dict[str, tuple[str, Placement]] = {}
-        self.unplaceable = {}
         for strat, jobs in groups.items():
             if not any(j["id"] in wanted for j in jobs):
                 continue
@@ -571,9 +580,11 @@ class Service:
             # First as if the group's other jobs held nothing (they are solved here too, so
             # counting their applied pools again would take their slots twice); if the asked
             # jobs' pools then cannot avoid those applied pools, solve again holding them.
-            placement = self._solve_isolating(view, jobs, strat, _pools(held, but=members))
+            placement = self._solve_isolating(
+                view, jobs, strat, unplaceable, _pools(held, but=members)
+            )
             if placement is not None and not self._fit_pools(view, placement, wanted, everything):
-                placement = self._solve_isolating(view, jobs, strat, everything)
+                placement = self._solve_isolating(view, jobs, strat, unplaceable, everything)
                 if placement is not None and not self._fit_pools(
                     view, placement, wanted, everything
                 ):
@@ -585,23 +596,33 @@ class Service:
                     out[jp.job_id] = (strat, placement)
                     for a in jp.aggregators:
                         held.setdefault(a.switch, []).append((jp.job_id, a.pool))
-        bad = sorted(j for j in self.unplaceable if j in wanted)
-        if bad and not out:
-            raise Conflict("; ".join(f"job {j!r}: {self.unplaceable[j]}" for j in bad))
         return out
 
     def _held(
         self, jobs: list[dict[str, Any]], wanted: set[str]
     ) -> dict[str, list[tuple[str, SlotPool]]]:
-        """The pools applied jobs not in `wanted` hold now, by switch."""
+        """The pools jobs not in `wanted` may hold now, by switch: those of their current
+        placement, and while an apply has not finished (`pending`), those of the placement
+        it moves to as well (the switches may hold either)."""
         held: dict[str, list[tuple[str, SlotPool]]] = {}
+        desired = self.store.desired()
         for j in jobs:
             if j["id"] in wanted:
                 continue
+            docs = []
             cur = self.store.current(j["id"])
             if cur and cur["status"] in HOLDING:
-                for a in cur["placement"]["aggregators"]:
-                    held.setdefault(a["switch"], []).append((j["id"], SlotPool(**a["pool"])))
+                docs.append(cur["placement"])
+            d = desired.get(j["id"])
+            if d and d["state"] == PENDING:
+                docs.append(d["placement"])
+            seen = set()
+            for doc in docs:
+                for a in doc["aggregators"]:
+                    pool = SlotPool(**a["pool"])
+                    if (a["switch"], pool.base, pool.size) not in seen:
+                        seen.add((a["switch"], pool.base, pool.size))
+                        held.setdefault(a["switch"], []).append((j["id"], pool))
         return held
 
     def _fit_pools(
@@ -636,33 +657,42 @@ class Service:
         view: View,
         jobs: list[dict[str, Any]],
         strat: str,
+        unplaceable: dict[str, str],
         reserved: dict[str, list[SlotPool]] | None = None,
     ) -> Placement | None:
         """Solve the jobs together; a job the instance rejects (its hosts gone from ONOS or
         unreachable, a cap the fabric cannot meet) is left out with its reason in
-        `self.unplaceable`, and the others are solved without it."""
-        jobs = self._placeable(view, jobs)
+        `unplaceable`, and the others are solved without it."""
+        jobs = self._placeable(view, jobs, unplaceable)
         return solve(self._instance(view, jobs, reserved), strat) if jobs else None
 
-    def _placeable(self, view: View, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`jobs` without those the instance check rejects (reasons in `unplaceable`)."""
+    def _placeable(
+        self, view: View, jobs: list[dict[str, Any]], unplaceable: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        """`jobs` without those the instance check rejects (reasons in `unplaceable`). An
+        error that names no single job (`current.<id>`, say) leaves out the job it names,
+        or, naming none, every job: one job's trouble never blocks the others'."""
         jobs = list(jobs)
         while jobs:
             try:
                 check_instance(self._instance(view, jobs))
                 return jobs
             except InstanceError as e:
-                idx = (
-                    e.field.split("]")[0].removeprefix("jobs[")
-                    if e.field.startswith("jobs[")
-                    else ""
-                )
-                if not idx.isdigit() or int(idx) >= len(jobs):
-                    raise Conflict(f"{e.message} ({e.field})") from None
-                bad = jobs.pop(int(idx))
-                field = e.field.split("]", 1)[1].lstrip(".") or "job"
-                self.unplaceable[bad["id"]] = f"{field}: {e.message}"
-                log.warning("job %s left unplaced: %s", bad["id"], self.unplaceable[bad["id"]])
+                head = e.field.split(".", 1)[0]
+                idx = head.removeprefix("jobs[").rstrip("]") if head.startswith("jobs[") else ""
+                by_id = {j["id"]: i for i, j in enumerate(jobs)}
+                if idx.isdigit() and int(idx) < len(jobs):
+                    bad = [jobs.pop(int(idx))]
+                    where = e.field.split("]", 1)[1].lstrip(".") or "job"
+                elif head == "current" and e.field.split(".", 1)[-1] in by_id:
+                    bad = [jobs.pop(by_id[e.field.split(".", 1)[1]])]
+                    where = "current placement"
+                else:
+                    bad, jobs = jobs, []
+                    where = e.field
+                for b in bad:
+                    unplaceable[b["id"]] = f"{where}: {e.message}"
+                    log.warning("job %s left unplaced: %s", b["id"], unplaceable[b["id"]])
         return jobs
 
     def place(
@@ -716,7 +746,7 @@ class Service:
             hit = self._dry.get(key)
             if hit is None:
                 version = self.store.version
-                hit = json.dumps(self._place(view, job_ids, True, "api")).encode()
+                hit = json.dumps(self._plan(view, job_ids)).encode()
                 if len(self._dry) >= 16:
                     self._dry.pop(next(iter(self._dry)))
                 self._dry[key] = hit
@@ -729,58 +759,68 @@ class Service:
     def _place(
         self, view: View, job_ids: list[str] | None, dry_run: bool, trigger: str
     ) -> list[dict[str, Any]]:
-        results = []
+        if dry_run:
+            return self._plan(view, job_ids)
         with self.apply_lock:
-            computed = self.compute(view, job_ids)
-            for jid, reason in sorted(self.unplaceable.items()):
-                if job_ids and jid not in job_ids:
-                    continue
-                results.append({"job_id": jid, "status": "unplaceable", "reason": reason})
+            unplaceable: dict[str, str] = {}
+            computed = self.compute(view, job_ids, unplaceable=unplaceable)
+            results = self._unplaceable(job_ids, unplaceable, computed)
             for jid in sorted(computed):
                 strat, placement = computed[jid]
                 jp = next(p for p in placement.jobs if p.job_id == jid)
                 job = self.store.job(jid)
-                assert job is not None
-                if dry_run:
-                    bodies = self.onos.intent_bodies(jp, view.hosts, job["ps"])
-                    stored = self.store.intents(jid)
-                    results.append(
-                        {
-                            "job_id": jid,
-                            "strategy": strat,
-                            "status": "dry-run",
-                            "placement": jp.model_dump(mode="json"),
-                            "changes": _diff(bodies, stored),
-                            "telemetry": _tel_note(view),
-                        }
-                    )
+                if job is None:  # deleted since the solve began
                     continue
                 results.append(self._apply(view, job, strat, jp, trigger))
         return results
 
+    def _plan(self, view: View, job_ids: list[str] | None) -> list[dict[str, Any]]:
+        """A dry run: computed on the store as it is, outside the apply lock (an apply in
+        progress never delays it; its job counts with the pools it may hold)."""
+        unplaceable: dict[str, str] = {}
+        computed = self.compute(view, job_ids, unplaceable=unplaceable)
+        results = self._unplaceable(job_ids, unplaceable, computed)
+        for jid in sorted(computed):
+            strat, placement = computed[jid]
+            jp = next(p for p in placement.jobs if p.job_id == jid)
+            job = self.store.job(jid)
+            if job is None:
+                continue
+            bodies = self.onos.intent_bodies(jp, view.hosts, job["ps"])
+            results.append(
+                {
+                    "job_id": jid,
+                    "strategy": strat,
+                    "status": "dry-run",
+                    "placement": jp.model_dump(mode="json"),
+                    "changes": _diff(bodies, self.store.intents(jid)),
+                    "telemetry": _tel_note(view),
+                }
+            )
+        return results
+
+    @staticmethod
+    def _unplaceable(
+        job_ids: list[str] | None, unplaceable: dict[str, str], computed: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The results of the jobs left out; a Conflict when every asked job was."""
+        bad = sorted(j for j in unplaceable if not job_ids or j in job_ids)
+        if bad and not computed:
+            raise Conflict("; ".join(f"job {j!r}: {unplaceable[j]}" for j in bad))
+        return [{"job_id": j, "status": "unplaceable", "reason": unplaceable[j]} for j in bad]
+
     def _apply(self, view: View, job: dict[str, Any], strat: str, jp: Any, trigger: str) -> dict:
+        """Record the job's new desired placement, then converge the fabric to it."""
         jid = job["id"]
         bodies = self.onos.intent_bodies(jp, view.hosts, job["ps"])
         doc = jp.model_dump(mode="json")
-        stored = self.store.intents(jid)
-        submitted: list[str] = []
+        self.applier.desire(jid, strat, jp, bodies)
         try:
-            self.onos.register_app()
-            in_onos = self.onos.our_intents()
-            changes = _diff(bodies, stored, in_onos)
-            for key in changes["submit"]:
-                self.onos.submit(bodies[key])
-                self.store.put_intent(key, jid, intent_digest(bodies[key]), bodies[key])
-                submitted.append(key)
-            states = self.onos.wait_installed(changes["submit"], self.s.intent_wait_s)
-            for key in changes["delete"]:
-                self.onos.delete_intent(key)
-                self.store.drop_intent(key)
-            aggregation = self.aggregation.apply(jp, strat)
-        except OnosUnavailable as e:
+            res = self.applier.converge(jid)
+        except Partial as e:
             reason = (
-                f"{e}: {len(submitted)} intent(s) submitted before the failure; the state is "
-                "recorded as partial and reconciled on the next apply or restart"
+                f"{e}: {e.submitted} intent(s) submitted before the failure; the state is "
+                "recorded as partial and reconciled on the next apply, loop pass or restart"
             )
             self.store.add_placement(jid, strat, "partial", reason, doc)
             self._count("placements_partial")
@@ -789,31 +829,19 @@ class Service:
             reason = f"ONOS rejected a request: {e}"
             self.store.add_placement(jid, strat, "failed", reason, doc)
             raise Unavailable(reason) from None
-        failed = [s for s in states if s.state != "INSTALLED"]
-        status = "applied" if not failed else "failed"
-        reason = "; ".join(f"{s.key}: {s.state} ({s.reason})" for s in failed) or None
-        if not failed and jp.aggregators and aggregation != "applied":
-            # The paths are in place but no switch sums: the job runs, without aggregation.
-            status = "intents-only"
-            reason = (
-                f"aggregation not applied ({aggregation}): the innet-agg app's REST resource "
-                "is missing from ONOS (install and activate org.innetagg.app); the intents are "
-                "INSTALLED, so the job's traffic reaches its PS unaggregated"
-            )
-        self.store.add_placement(jid, strat, status, reason, doc)
-        self._count(f"placements_{status}")
+        self._count(f"placements_{res.status}")
         self._decision(jid, strat, jp, trigger)
         if self.s.schedule_policy and jid not in self.sched.pushed:
             self.wake_scheduler("placement")
         return {
             "job_id": jid,
             "strategy": strat,
-            "status": status,
-            "reason": reason,
+            "status": res.status,
+            "reason": res.reason,
             "placement": doc,
-            "changes": {k: v for k, v in changes.items()},
-            "intents": [s.__dict__ for s in states],
-            "aggregation": aggregation,
+            "changes": res.changes,
+            "intents": [s.__dict__ for s in res.states],
+            "aggregation": res.aggregation,
             "telemetry": _tel_note(view),
         }
 
@@ -849,16 +877,18 @@ class Service:
 
     def _what_if_compute(self, view: View, job_id: str) -> dict[str, Any]:
         jobs = self.store.jobs()
-        self.unplaceable = {}
-        jobs = self._placeable(view, jobs)
-        if job_id in self.unplaceable:
-            raise Conflict(f"job {job_id!r}: {self.unplaceable[job_id]}")
+        unplaceable: dict[str, str] = {}
+        jobs = self._placeable(view, jobs, unplaceable)
+        if job_id in unplaceable:
+            raise Conflict(f"job {job_id!r}: {unplaceable[job_id]}")
         inst = self._instance(view, jobs)
         inst = inst.model_copy(update={"current": {}, "switching_penalty_s": 0.0})
         out = {}
         for strat in STRATEGIES:
             p = solve(inst, strat)
-            jp = next(x for x in p.jobs if x.job_id == job_id)
+            jp = next((x for x in p.jobs if x.job_id == job_id), None)
+            if jp is None:  # deleted meanwhile
+                raise NotFound(f"job {job_id!r}")
             out[strat] = {
                 "predicted_cct_s": jp.predicted_cct_s,
                 "aggregators": [a.switch for a in jp.aggregators],
@@ -868,46 +898,25 @@ class Service:
     # --- reconcile ------------------------------------------------------------------------
 
     def reconcile(self) -> dict[str, Any]:
-        """Make ONOS hold exactly the intents the store says are applied: orphans (ours in
-        ONOS, unknown or of a deleted job) are withdrawn, missing ones resubmitted."""
+        """Compare what ONOS holds with each job's desired state and repair it
+        (`Applier.reconcile`): at start, every loop pass and on request."""
         with self.apply_lock:
             try:
-                self.onos.register_app()
-                in_onos = self.onos.our_intents()
-                stored = self.store.intents()
-                jobs = {j["id"] for j in self.store.jobs()}
-                removed, resubmitted = [], []
-                for key in sorted(in_onos):
-                    if key not in stored or stored[key][0] not in jobs:
-                        self.onos.delete_intent(key)
-                        removed.append(key)
-                for key, (jid, _) in sorted(stored.items()):
-                    if jid not in jobs:
-                        self.store.drop_intent(key)
-                    elif key not in in_onos or in_onos[key] in ("WITHDRAWN", "FAILED"):
-                        body = self.store.intent_body(key)
-                        if body:
-                            self.onos.submit(body)
-                            resubmitted.append(key)
-                states = self.onos.wait_installed(resubmitted, self.s.intent_wait_s)
-            except OnosUnavailable as e:
+                r = self.applier.reconcile(lambda jid: jid in self.sched.pushed)
+            except (OnosUnavailable, Partial) as e:
                 raise Unavailable(f"reconcile: {e}") from None
-            for jid in jobs:
-                cur = self.store.current(jid)
-                if cur and cur["status"] == "partial":
-                    ok = all(s.state == "INSTALLED" for s in states if job_of_key(s.key) == jid)
-                    self.store.add_placement(
-                        jid,
-                        cur["strategy"],
-                        "applied" if ok else "failed",
-                        "reconciled after a partial apply",
-                        cur["placement"],
-                    )
+            except OnosError as e:
+                raise Unavailable(f"reconcile: ONOS rejected a request: {e}") from None
         self._count("reconciles")
+        if r.foreign:
+            self.counters["foreign_intents"] = len(r.foreign)
         return {
-            "removed": removed,
-            "resubmitted": resubmitted,
-            "failed": [s.__dict__ for s in states if s.state != "INSTALLED"],
+            "removed": r.removed,
+            "resubmitted": r.resubmitted,
+            "repaired": r.repaired,
+            "deleted": r.deleted,
+            "foreign": r.foreign,
+            "failed": [s.__dict__ for s in r.failed],
         }
 
     # --- control loop ---------------------------------------------------------------------
@@ -935,12 +944,17 @@ class Service:
         self.loop.runs += 1
         self.loop.last_trigger = trigger
         active = (*HOLDING, "failed")
+        deleting = {j for j, d in self.store.desired().items() if d["state"] == DELETING}
         placed = [
             j["id"]
             for j in self.store.jobs()
             if (c := self.store.current(j["id"])) and c["status"] in active
-        ]
+            and j["id"] not in deleting
+        ]  # fmt: skip
         changed, kept, restored = [], [], []
+        errors: dict[str, str] = {}
+        repairs = self.reconcile()
+        unplaceable: dict[str, str] = {}
         if placed:
             with self.apply_lock:
                 try:
@@ -948,7 +962,7 @@ class Service:
                 except OnosUnavailable as e:
                     raise Unavailable(str(e)) from None
                 stored = self.store.intents()
-                computed = self.compute(view, placed)
+                computed = self.compute(view, placed, unplaceable=unplaceable)
                 moves: dict[str, tuple[str, Any]] = {}  # job -> (strategy, new placement)
                 stay: dict[str, list[dict]] = {}  # job -> the aggregators it keeps
                 for jid, (strat, placement) in sorted(computed.items()):
@@ -979,16 +993,26 @@ class Service:
                 self._around_stayers(view, moves, stay, kept)
                 for jid, (strat, jp) in sorted(moves.items()):
                     job = self.store.job(jid)
-                    assert job is not None
-                    self._apply(view, job, strat, jp, "restore" if jid in restored else trigger)
+                    if job is None:
+                        continue
+                    try:
+                        self._apply(view, job, strat, jp, "restore" if jid in restored else trigger)
+                    except Unavailable as e:  # the others still move
+                        errors[jid] = str(e)
+                        continue
                     changed.append(jid)
         self._count("loop_runs")
+        for jid, why in sorted(unplaceable.items()):
+            log.warning("loop: job %s cannot be placed: %s", jid, why)
         return {
             "trigger": trigger,
             "jobs": placed,
             "changed": changed,
             "kept": kept,
             "restored": restored,
+            "unplaceable": unplaceable,
+            "errors": errors,
+            "repaired": repairs["repaired"],
         }
 
     def _around_stayers(
@@ -1020,7 +1044,7 @@ class Service:
         if not any(clashes(moves[j][1]) for j in movers):
             return
         log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
-        again = self.compute(view, movers)
+        again = self.compute(view, movers, unplaceable={})
         for jid in movers:
             if jid not in again:  # no room around the kept pools: it stays as it is
                 del moves[jid]

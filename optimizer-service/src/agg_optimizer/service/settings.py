@@ -99,6 +99,27 @@ class Settings(BaseSettings):
     )
     schedule_classes: int = Field(4, ge=2, le=8, description="Priority queues per port.")
 
+    withdraw_foreign_intents: bool = Field(
+        False,
+        description="Withdraw intents of `onos_app_id` that this instance's database does "
+        "not own (by default they are left alone and the service refuses to start while "
+        "ONOS holds any: another instance with another database may own them). For taking "
+        "a fabric over after its database was lost.",
+    )
+    lease_ttl_s: float = Field(
+        15.0,
+        gt=0,
+        description="Replicas sharing one database: the leader (which runs the loop, the "
+        "scheduler and reconcile, and applies) renews its lease every third of this; a "
+        "standby takes over once it expires.",
+    )
+    fault_trace: Path | None = Field(
+        None, description="Testing: append each apply step passed to this file."
+    )
+    fault_kill_at: int | None = Field(
+        None, ge=1, description="Testing: SIGKILL the service at this apply step (1-based)."
+    )
+
     @field_validator("schedule_policy")
     @classmethod
     def _known_policy(cls, v: str | None) -> str | None:

@@ -199,9 +199,9 @@ class OnosRest:
                 return 404, {"code": 404, "message": "HTTP 404 Not Found"}
             if parts[2:3] == ["priority"] and len(parts) == 4:
                 return self._priority(method, parts[3], body)
-            self.aggregation[parts[-1]] = body
-            self._changes.append(("aggregation", parts[-1], body))
-            return 200, {}
+            if parts[2:3] == ["aggregation"] and len(parts) == 4:
+                return self._aggregation(method, parts[3], body)
+            return 404, {"code": 404, "message": "HTTP 404 Not Found"}
         if parts[:2] != ["onos", "v1"]:
             return 404, {"code": 404, "message": "HTTP 404 Not Found"}
         p = parts[2:]
@@ -223,6 +223,40 @@ class OnosRest:
             return True
         return device["id"] in self.pipeconf_devices
 
+    def _aggregation(self, method: str, job: str, body: Any) -> tuple[int, Any]:
+        """AggregationWebResource: POST replaces the job's placement (201 new, 200
+        replaced, the document echoed with `p4_job_id`), GET shows it (404 when none),
+        DELETE removes it (204, also when absent)."""
+        assert self.aggregation is not None
+        if method == "GET":
+            doc = self.aggregation.get(job)
+            if doc is None:
+                return _bad(404, f"job: no placement for '{job}'")
+            return 200, doc
+        if method == "DELETE":
+            if self.aggregation.pop(job, None) is not None:
+                if job not in self.priority:
+                    self.job_numbers.pop(job, None)
+                self._changes.append(("aggregation", job, None))
+            return 204, None
+        if method != "POST":
+            return 405, None
+        if not JOB_ID.fullmatch(job):
+            return _bad(400, f"job: '{job}' does not match {JOB_ID.pattern}")
+        if not isinstance(body, dict):
+            return _bad(400, "body: a placement document (JSON object) expected")
+        number = self.job_numbers.get(job)
+        if number is None:
+            free = sorted(set(range(JOB_NUMBERS)) - set(self.job_numbers.values()))
+            if not free:
+                return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
+            number = self.job_numbers[job] = free[0]
+        new = job not in self.aggregation
+        doc = {**body, "p4_job_id": number}
+        self.aggregation[job] = doc
+        self._changes.append(("aggregation", job, doc))
+        return (201 if new else 200), doc
+
     def _priority(self, method: str, job: str, body: Any) -> tuple[int, Any]:
         """The app's checks in the app's order, with its statuses and messages; the posted
         document is echoed with the switches written and `p4_job_id`."""
@@ -233,7 +267,8 @@ class OnosRest:
             return 200, doc
         if method == "DELETE":
             if self.priority.pop(job, None) is not None:
-                self.job_numbers.pop(job, None)
+                if job not in (self.aggregation or {}):
+                    self.job_numbers.pop(job, None)
                 self._changes.append(("priority", job, None))
             return 204, None
         if method != "POST":
@@ -364,3 +399,14 @@ class OnosRest:
             for ln in self.links["links"]:
                 if {ln["src"]["device"], ln["dst"]["device"]} == {a, b}:
                     ln["state"] = state
+
+    def set_device(self, device: str, available: bool) -> None:
+        """A switch leaving (or returning) as ONOS shows it: the device unavailable and
+        every link at it INACTIVE (ACTIVE again on its return)."""
+        with self.lock:
+            for d in self.devices["devices"]:
+                if d["id"] == device:
+                    d["available"] = available
+            for ln in self.links["links"]:
+                if device in (ln["src"]["device"], ln["dst"]["device"]):
+                    ln["state"] = "ACTIVE" if available else "INACTIVE"
