@@ -75,6 +75,7 @@ def real_onos_settings(
             db_path=tmp_path / "db",
             reoptimize_period_s=0,
             intent_wait_s=60,
+            allowed_hosts=["testserver"],  # FastAPI's TestClient's Host
             **kw,
         )
 

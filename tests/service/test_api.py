@@ -320,6 +320,7 @@ def test_telemetry_latest_state_stale_links_and_decisions(
     # The loaded spine1 uplink of leaf1 is avoided.
     for path in res["placement"]["worker_paths"].values():
         assert "device:spine1" not in path
+    assert client.app.state.service.flush_decisions()  # type: ignore[attr-defined]
     with InfluxDBClient(url=influx.url, token="", org="-") as c:
         tables = c.query_api().query(
             f'from(bucket: "{bucket}") |> range(start: -1h) '

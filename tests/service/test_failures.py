@@ -197,3 +197,66 @@ def test_a_crash_at_every_step_is_repaired_by_one_reconcile(
         finally:
             c2.__exit__(None, None, None)
             svc2.close()
+
+
+# --- a hung InfluxDB ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def hung_influx() -> Any:
+    """A TCP server that accepts connections and never answers (InfluxDB hung)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    stop.set()
+    t.join(5)
+    for c in held:
+        c.close()
+    srv.close()
+
+
+def test_a_hung_influxdb_never_holds_an_apply(
+    onos: StandinOnos, influx: Any, bucket: str, tmp_path: Path, hung_influx: str
+) -> None:
+    """Once the readiness probe sees InfluxDB hang, applies and dry runs skip the query
+    (placed on no-data defaults, saying so) and the decision goes to InfluxDB from its own
+    thread, counted when it is lost."""
+    import time
+
+    from agg_optimizer.service.app import create_app
+
+    s = make_settings(onos, influx, bucket, tmp_path / "db", influx_url=hung_influx)
+    app = create_app(s, loop=False)
+    with TestClient(app, headers={"Content-Type": "application/json"}) as c:
+        svc: Service = app.state.service
+        deadline = time.monotonic() + 120
+        while svc.readiness().get("influxdb") == "ok" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert svc.readiness()["influxdb"] != "ok"
+        assert c.post("/api/v1/jobs", json=JOBS[0]).status_code == 201
+        res = c.post("/api/v1/jobs/a/placement").json()
+        assert res["status"] == "applied", res
+        assert res["telemetry"]["status"] == "unavailable"
+        assert "readiness probe" in res["telemetry"]["reason"], res["telemetry"]
+        dry = c.post("/api/v1/placements", json={"dry_run": True}).json()
+        assert "readiness probe" in dry[0]["telemetry"]["reason"]
+        assert svc.flush_decisions(120)
+        assert svc.counters.get("decisions_unwritten") == 1
+    svc.close()

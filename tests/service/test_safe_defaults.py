@@ -218,7 +218,7 @@ def test_a_chunked_body_over_the_limit_gets_413_over_real_http(settings: Setting
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
     try:
@@ -230,8 +230,9 @@ def test_a_chunked_body_over_the_limit_gets_413_over_real_http(settings: Setting
             body = b'{"id": "big", "pad": "' + b"x" * total + b'"}'
             c = socket.create_connection(("127.0.0.1", port), timeout=10)
             c.sendall(
-                b"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: close\r\n\r\n"
             )
             try:
                 for i in range(0, len(body), 65536):
@@ -256,3 +257,64 @@ def test_a_chunked_body_over_the_limit_gets_413_over_real_http(settings: Setting
         server.should_exit = True
         t.join(10)
         app.state.service.close()
+
+
+# --- issue 28, item 6: blank tokens, Host names, slow bodies ------------------------------
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t \n"])
+def test_a_blank_token_is_refused_naming_the_setting(tmp_path: Path, blank: str) -> None:
+    env = {"AGG_OPTIMIZER_DB_PATH": str(tmp_path / "db"), "AGG_OPTIMIZER_API_TOKEN": blank}
+    r = serve("--host", "0.0.0.0", "--port", "1", env=env)
+    assert r.returncode == 2, r.stderr
+    assert "api_token" in r.stderr and "blank" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "db").exists()
+
+
+def test_without_a_token_only_loopback_host_names_are_answered(onos, influx, bucket, tmp_path):
+    s = make_settings(onos, influx, bucket, tmp_path / "db", allowed_hosts=[])
+    with TestClient(create_app(s, loop=False), base_url="http://127.0.0.1:8080") as c:
+        for host in ("evil.example", "evil.example:8080", "10.0.0.1", "localhost.evil.example"):
+            r = c.post("/api/v1/jobs", json=JOB, headers={**JSON, "Host": host})
+            assert r.status_code == 421 and "AGG_OPTIMIZER_API_TOKEN" in r.text, (host, r.text)
+            assert c.get("/api/v1/jobs", headers={"Host": host}).status_code == 421
+        assert c.get("/api/v1/jobs").json() == []  # nothing was created
+        for host in ("127.0.0.1:8080", "localhost:8080", "localhost", "[::1]:8080"):
+            assert c.get("/api/v1/jobs", headers={"Host": host}).status_code == 200, host
+        assert c.post("/api/v1/jobs", json=JOB, headers=JSON).status_code == 201
+    # With a token, any name (the token is what guards it).
+    s2 = make_settings(onos, influx, bucket, tmp_path / "db2", api_token="t", allowed_hosts=[])
+    with TestClient(create_app(s2, loop=False)) as c:
+        assert c.get("/api/v1/jobs", headers={"Host": "optimizer:8080"}).status_code == 200
+
+
+def test_a_body_that_does_not_arrive_is_cut_off(onos, influx, bucket, tmp_path) -> None:
+    """Half a body, then silence: 408 after `body_timeout_s`, the connection closed."""
+    s = make_settings(onos, influx, bucket, tmp_path / "db", body_timeout_s=1.0)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(s, loop=False), log_level="warning"))
+    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+            c.sendall(
+                b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"id": '
+            )
+            t0 = time.monotonic()
+            answer = b""
+            while chunk := c.recv(4096):
+                answer += chunk
+            waited = time.monotonic() - t0
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"within 1 s" in answer and 0.9 <= waited < 60, waited
+    finally:
+        server.should_exit = True
+        t.join(30)
+        app_svc = server.config.app
+        del app_svc

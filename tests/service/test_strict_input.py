@@ -34,3 +34,53 @@ def test_dry_run_must_be_a_boolean(client: TestClient) -> None:
     r = client.post("/api/v1/placements", json={"dry_run": 0})
     assert r.status_code == 422 and "dry_run" in r.text, r.text
     assert client.post("/api/v1/placements", json={"dry_run": True}).status_code == 200
+
+
+def test_a_pool_larger_than_every_switch_is_refused(client: TestClient) -> None:
+    body = {"id": "j", "workers": [H1, H2], "ps": H3, "update_bytes": 1000}
+    r = client.post("/api/v1/jobs", json={**body, "pool_slots": 1 << 20})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "pool_slots"]
+    assert "could aggregate nowhere" in r.text, r.text
+    assert client.get("/api/v1/jobs").json() == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (', "rounds_left": 1e309', "rounds_left"),
+        (', "rounds_left": 10000000000000000000000000000000000', "rounds_left"),
+        (', "stage": 1e30', "stage"),
+        (', "loss": Infinity', "loss"),
+        (', "iterations_total": 1e400', "iterations_total"),
+    ],
+)
+def test_progress_numbers_are_bounded(client: TestClient, extra: str, field: str) -> None:
+    body = {"id": "j", "workers": [H1, H2], "ps": H3, "update_bytes": 1000}
+    assert client.post("/api/v1/jobs", json=body).status_code == 201
+    r = client.post(
+        "/api/v1/jobs/j/progress",
+        content='{"progress": 0.5' + extra + "}",
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert any(field in map(str, e["loc"]) for e in r.json()["detail"]), r.text
+    assert client.get("/api/v1/schedule?policy=grouper").status_code == 200
+
+
+def test_openapi_publishes_bounds_as_json_schema(client: TestClient) -> None:
+    """`minimum`/`maximum`, never pydantic's `ge`/`le`, on every field of every schema."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            assert not {"ge", "le", "gt", "lt"} & set(node), (where, node)
+            for k, v in node.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}[{i}]")
+
+    walk(schemas, "schemas")
+    progress = schemas["ProgressIn"]["properties"]["progress"]["anyOf"][0]
+    assert (progress["minimum"], progress["maximum"]) == (0.0, 1.0)
+    assert schemas["ProgressIn"]["properties"]["rounds_left"]["maximum"] == 10**9

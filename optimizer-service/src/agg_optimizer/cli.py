@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -521,10 +522,56 @@ def serve(
         print(f"agg-optimizer: API token in {settings.api_token_file}", file=sys.stderr)
     import logging
 
+    # The port first: a second instance stops here, before it reads or changes anything
+    # (uvicorn alone runs the app's start-up, reconcile included, before it binds).
+    sock = _bind(host, port)
     # The service's own decisions (why a job moved) at INFO, beside uvicorn's access log.
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("agg_optimizer").setLevel(logging.INFO)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    from .service.core import Service
+    from .service.onos import OnosError, OnosUnavailable
+
+    svc = Service(settings)
+    try:
+        foreign = [] if settings.withdraw_foreign_intents else svc.applier.foreign()
+    except (OnosUnavailable, OnosError) as e:
+        foreign = []
+        print(f"agg-optimizer: ownership not checked, ONOS not answering ({e})", file=sys.stderr)
+    if foreign:
+        svc.close()
+        sock.close()
+        raise UserError(
+            f"ONOS holds {len(foreign)} intent(s) of app id {settings.onos_app_id} that this "
+            f"instance's database ({settings.db_path}) does not own (e.g. {foreign[0]}): "
+            "another optimizer instance with another database may be running against this "
+            "ONOS. Refusing to start. Share its database (replicas: one leads, the others "
+            "stand by), give this one another AGG_OPTIMIZER_ONOS_APP_ID, or, to take the "
+            "fabric over after its database was lost, set "
+            "AGG_OPTIMIZER_WITHDRAW_FOREIGN_INTENTS=true"
+        )
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, svc), log_level="info"))
+    server.run(sockets=[sock])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or a one-line error naming them."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise UserError(f"--host {host}: {e.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise UserError(
+            f"cannot listen on {host}:{port}: {e.strerror} (another instance running?)"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _loopback(host: str) -> bool:

@@ -6,6 +6,7 @@ ONOS and InfluxDB calls never run on the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import threading
@@ -75,7 +76,9 @@ class JobIn(BaseModel):
     ps: str = Field(pattern=HOST_REF, description="The parameter server (host id, MAC or IP).")
     update_bytes: Count = Field(le=10**12)
     weight: Annotated[float, BeforeValidator(_no_bool)] = Field(1.0, gt=0, le=1e6)
-    max_aggregators: Count | None = Field(None, le=10_000)
+    # Bounds inside Annotated: on the `| None` union pydantic would publish `ge`/`le` as
+    # unknown keywords instead of JSON Schema's `minimum`/`maximum`.
+    max_aggregators: Annotated[int, Field(gt=0, le=10_000), BeforeValidator(_no_bool)] | None = None
     pool_slots: Count = Field(128, le=1 << 20)
     strategy: Strategy = "agg"  # type: ignore[valid-type]
 
@@ -109,15 +112,19 @@ class ProgressIn(BaseModel):
             ]
         },
     )
-    progress: Annotated[float, BeforeValidator(_no_bool)] | None = Field(
-        None, ge=0.0, le=1.0, description="Fraction of training done; or give iterations."
+    progress: Annotated[float, Field(ge=0.0, le=1.0), BeforeValidator(_no_bool)] | None = Field(
+        None, description="Fraction of training done; or give iterations."
     )
-    iterations_done: Annotated[NonNegativeInt, BeforeValidator(_no_bool)] | None = None
-    iterations_total: Count | None = None
-    loss: Annotated[float, BeforeValidator(_no_bool)] | None = Field(None, ge=0.0)
+    iterations_done: (
+        Annotated[NonNegativeInt, Field(le=10**12), BeforeValidator(_no_bool)] | None
+    ) = None
+    iterations_total: Annotated[int, Field(gt=0, le=10**12), BeforeValidator(_no_bool)] | None = (
+        None
+    )
+    loss: Annotated[float, Field(ge=0.0, le=1e12), BeforeValidator(_no_bool)] | None = None
     cojob: str | None = Field(None, pattern=JOB_ID, description="The search this trial is in.")
-    stage: Annotated[NonNegativeInt, BeforeValidator(_no_bool)] = 0
-    rounds_left: Count = Field(1, description="Rounds left in the current stage.")
+    stage: Annotated[NonNegativeInt, Field(le=10**6), BeforeValidator(_no_bool)] = 0
+    rounds_left: Count = Field(1, le=10**9, description="Rounds left in the current stage.")
 
 
 class Metrics:
@@ -145,9 +152,10 @@ class BodyLimit:
     (chunked). The body is read here first, up to the limit, and handed on whole: a body
     cut off inside the app would surface as FastAPI's 400 "error parsing the body"."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float = 10.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -164,8 +172,22 @@ class BodyLimit:
             return
         chunks: list[bytes] = []
         seen = 0
+        # The whole body within `timeout_s`: a client that sends half a body and waits
+        # would otherwise hold a connection and a buffer for as long as it likes.
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         while True:
-            msg = await receive()
+            try:
+                msg = await asyncio.wait_for(
+                    receive(), max(0.0, deadline - asyncio.get_running_loop().time())
+                )
+            except TimeoutError:
+                slow = JSONResponse(
+                    {"detail": f"request body not received within {self.timeout_s:g} s"},
+                    408,
+                    headers={"Connection": "close"},
+                )
+                await slow(scope, receive, send)
+                return
             if msg["type"] != "http.request":  # the client went away
                 return
             body = msg.get("body", b"")
@@ -196,6 +218,43 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class LoopbackHost:
+    """ASGI middleware for a service without an API token (it then listens on loopback
+    only): a request whose Host is not a loopback name is refused (421). A web page whose
+    name the attacker re-points at 127.0.0.1 (DNS rebinding) would otherwise reach the API
+    from the user's browser as its own origin."""
+
+    NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+    def __init__(self, app: Any, extra: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.allowed = self.NAMES | {h.lower() for h in extra}
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1").lower()
+        if raw.startswith("["):  # [v6]:port
+            name = raw.split("]", 1)[0] + "]"
+        elif raw.count(":") == 1:
+            name = raw.split(":", 1)[0]
+        else:
+            name = raw
+        if name in self.allowed or name.startswith("127."):
+            await self.app(scope, receive, send)
+            return
+        refused = JSONResponse(
+            {
+                "detail": f"Host {raw!r} refused: without an API token this service answers "
+                "loopback names only (localhost, 127.0.0.1, [::1]); set "
+                "AGG_OPTIMIZER_API_TOKEN, or list the name in AGG_OPTIMIZER_ALLOWED_HOSTS"
+            },
+            421,
+        )
+        await refused(scope, receive, send)
 
 
 class Observe:
@@ -287,17 +346,23 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Iterator[None]:  # type: ignore[misc]
-        try:
-            svc.reconcile()
-        except Unavailable as e:
-            metrics.events.labels("reconcile_deferred").inc()
-            app.state.reconcile_error = str(e)
+        def lead() -> None:
+            try:
+                svc.reconcile()
+            except Unavailable as e:
+                metrics.events.labels("reconcile_deferred").inc()
+                app.state.reconcile_error = str(e)
+
+        # Only the leader of the instances sharing this database touches the fabric; the
+        # loop and the scheduler skip their passes while this instance stands by.
+        svc.lease.start(lead, lambda: None)
         svc.start_probe()
         if loop:
             svc.start_loop()
             svc.start_scheduler()
         yield
         svc.stop_loop()
+        svc.lease.stop()
 
     app = FastAPIOffline(
         title="innet-agg optimizer",
@@ -349,6 +414,14 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         authorization: Annotated[str | None, Header()] = None,
         content_type: Annotated[str | None, Header()] = None,
     ) -> None:
+        if not svc.lease.leading:
+            raise HTTPException(
+                503,
+                f"standby: {svc.lease.leader} leads this database (lease until "
+                f"{time.strftime('%H:%M:%S', time.localtime(svc.lease.expires))}); send changes "
+                "there, or again once this instance has taken over",
+                {"Retry-After": str(max(1, round(svc.s.lease_ttl_s / 3)))},
+            )
         if token:
             if not authorized(authorization):
                 raise HTTPException(
@@ -378,7 +451,8 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     def readyz() -> Any:
         checks = svc.readiness()
         ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"ready": ok, "checks": checks}, 200 if ok else 503)
+        role = "leader" if svc.lease.leading else f"standby (leader: {svc.lease.leader})"
+        return JSONResponse({"ready": ok, "checks": checks, "role": role}, 200 if ok else 503)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     def metrics_text() -> str:
@@ -427,8 +501,15 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         dependencies=auth,
         responses=_err(401, 404, 409, 415, 503),
     )
-    def place_job(job_id: str, dry_run: bool = False) -> dict[str, Any]:
-        return errors(lambda: svc.place([job_id], dry_run))[0]
+    async def place_job(job_id: str, dry_run: bool = False) -> Any:
+        if dry_run:  # as for every job: the cached answer on the event loop, if any
+            data = svc.dry_run_cached([job_id])
+            if data is None:
+                data = await run_in_threadpool(errors, lambda: svc.dry_run_json([job_id]))
+            if data == b"[]":  # deleted since
+                raise HTTPException(404, f"unknown job {job_id!r}")
+            return Response(data[1:-1], 200, media_type="application/json")  # [one object]
+        return (await run_in_threadpool(errors, lambda: svc.place([job_id], False)))[0]
 
     @app.post(
         f"{v1}/placements",
@@ -567,6 +648,10 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
 
         return errors(get)
 
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_request_bytes, timeout_s=settings.body_timeout_s
+    )
+    if not token:
+        app.add_middleware(LoopbackHost, extra=frozenset(settings.allowed_hosts))
     app.add_middleware(Observe, metrics=metrics)
     return app

@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,7 @@ from ..network import Network, cct_of
 from ..pools import PoolAllocator
 from ..validation import InstanceError, check_instance
 from .applier import Applier, Partial
+from .lease import Lease
 from .onos import (
     AggregationApi,
     HostInfo,
@@ -114,6 +117,9 @@ class Service:
         self.applier = Applier(
             settings, self.store, self.onos, self.aggregation, self.priority, self._count
         )
+        self.lease = Lease(
+            self.store, f"{settings.onos_url}#{settings.onos_app_id}", settings.lease_ttl_s
+        )
         self.sched = ScheduleState()
         self._sched_lock = threading.Lock()
         self._sched_wake = threading.Event()
@@ -147,6 +153,11 @@ class Service:
         self._dry_last: dict[tuple | None, tuple[float, int, int, bytes]] = {}
         self._refreshing: set[tuple | None] = set()
         self._dry_lock = threading.Lock()
+        self._dry_flight: dict[tuple, Future[bytes]] = {}
+        # Decisions go to InfluxDB from their own thread: a slow or hung InfluxDB never
+        # holds the apply lock.
+        self._decisions: queue.Queue[tuple] = queue.Queue(maxsize=1000)
+        self._decision_thread: threading.Thread | None = None
         self._probe_thread: threading.Thread | None = None
         self._probe_lock = threading.Lock()
         self._probe_state: dict[str, str] = {}
@@ -154,6 +165,8 @@ class Service:
 
     def close(self) -> None:
         self.stop_loop()
+        self.lease.stop()
+        self.flush_decisions(10.0)
         self.influx.close()
         self.store.close()
 
@@ -190,7 +203,12 @@ class Service:
         except OnosUnavailable as e:
             raise Unavailable(str(e)) from None
         snap, err = None, None
-        if with_telemetry:
+        influx = self._probe_state.get("influxdb", "ok") if self._probe_thread else "ok"
+        if with_telemetry and influx != "ok":
+            # The probe found InfluxDB down (or hung): no 5 s query timeout on every apply
+            # and dry run; placements use no-data defaults until the probe sees it again.
+            err = f"{influx} (readiness probe)"
+        elif with_telemetry:
             try:
                 snap = self.influx.snapshot(topo, devices)
             except InfluxUnavailable as e:
@@ -265,6 +283,17 @@ class Service:
             raise BadField(
                 "max_aggregators",
                 f"{cap} exceeds the {n_prog} programmable switches ONOS knows",
+            )
+        pool = spec.get("pool_slots")
+        most = max(
+            (n.slots for n in view.topology.nodes if n.kind == "switch" and n.programmable),
+            default=0,
+        )
+        if pool is not None and pool > most:
+            raise BadField(
+                "pool_slots",
+                f"{pool} exceeds the {most} aggregation slots of the largest programmable "
+                "switch ONOS knows: the job could aggregate nowhere",
             )
         doc = {
             **spec,
@@ -509,6 +538,8 @@ class Service:
                 break
             trigger = self._sched_trigger if woke else "periodic"
             self._sched_trigger = "periodic"
+            if not self.lease.leading:
+                continue
             try:
                 self.push_schedule(trigger)
             except Exception as e:  # ONOS down: status says so, the next run retries
@@ -739,21 +770,37 @@ class Service:
 
     def dry_run_json(self, job_ids: list[str] | None) -> bytes:
         """The dry-run placements as the JSON the API answers, computed once per view,
-        store version and job list; concurrent identical requests wait for one solve."""
+        store version and job list; concurrent identical requests wait for one solve, and
+        different ones do not wait for each other (nor for an apply)."""
         view = self.view(fresh=False)
-        key = (view.seq, self.store.version, tuple(job_ids) if job_ids else None)
+        version = self.store.version
+        key = (view.seq, version, tuple(job_ids) if job_ids else None)
         with self._dry_lock:
             hit = self._dry.get(key)
-            if hit is None:
-                version = self.store.version
-                hit = json.dumps(self._plan(view, job_ids)).encode()
-                if len(self._dry) >= 16:
-                    self._dry.pop(next(iter(self._dry)))
-                self._dry[key] = hit
-                if len(self._dry_last) >= 16 and key[2] not in self._dry_last:
-                    self._dry_last.pop(next(iter(self._dry_last)))
-                at = self._view[0] if self._view and self._view[1] is view else time.monotonic()
-                self._dry_last[key[2]] = (at, version, view.seq, hit)
+            if hit is not None:
+                return hit
+            flight = self._dry_flight.get(key)
+            if flight is None:
+                self._dry_flight[key] = mine = Future()
+        if flight is not None:
+            return flight.result()
+        try:
+            hit = json.dumps(self._plan(view, job_ids)).encode()
+        except BaseException as e:
+            with self._dry_lock:
+                self._dry_flight.pop(key, None)
+            mine.set_exception(e)
+            raise
+        with self._dry_lock:
+            if len(self._dry) >= 16:
+                self._dry.pop(next(iter(self._dry)))
+            self._dry[key] = hit
+            if len(self._dry_last) >= 16 and key[2] not in self._dry_last:
+                self._dry_last.pop(next(iter(self._dry_last)))
+            at = self._view[0] if self._view and self._view[1] is view else time.monotonic()
+            self._dry_last[key[2]] = (at, version, view.seq, hit)
+            self._dry_flight.pop(key, None)
+        mine.set_result(hit)
         return hit
 
     def _place(
@@ -846,14 +893,38 @@ class Service:
         }
 
     def _decision(self, jid: str, strat: str, jp: Any, trigger: str) -> None:
-        bucket = self.s.decisions_bucket or self.s.influx_bucket
+        item = (jid, strat, [a.switch for a in jp.aggregators], jp.predicted_cct_s, trigger)
         try:
-            self.influx.write_decision(
-                bucket, jid, strat, [a.switch for a in jp.aggregators], jp.predicted_cct_s, trigger
-            )
-        except InfluxUnavailable as e:
-            log.warning("decision for %s not written: %s", jid, e)
+            self._decisions.put_nowait(item)
+        except queue.Full:
             self._count("decisions_unwritten")
+            return
+        if self._decision_thread is None:
+            self._decision_thread = threading.Thread(
+                target=self._write_decisions, name="decisions", daemon=True
+            )
+            self._decision_thread.start()
+
+    def _write_decisions(self) -> None:
+        bucket = self.s.decisions_bucket or self.s.influx_bucket
+        while True:
+            item = self._decisions.get()
+            if item is None:
+                return
+            try:
+                self.influx.write_decision(bucket, *item)
+            except InfluxUnavailable as e:
+                log.warning("decision for %s not written: %s", item[0], e)
+                self._count("decisions_unwritten")
+            finally:
+                self._decisions.task_done()
+
+    def flush_decisions(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued decision is written (or failed); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self._decisions.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self._decisions.unfinished_tasks
 
     def what_if_cached(self, job_id: str) -> dict[str, Any] | None:
         """The what-if answer already computed for the current view and store, or None."""
@@ -1104,6 +1175,8 @@ class Service:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if not self.lease.leading:
+                continue
             try:
                 self.step()
             except Exception as e:  # the loop must survive ONOS or InfluxDB outages

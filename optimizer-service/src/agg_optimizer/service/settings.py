@@ -51,6 +51,14 @@ class Settings(BaseSettings):
         description="Where the token is kept when `api_token` is not set: read from it, or, "
         "if it does not exist, generated into it (mode 0600). Compose uses this.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Without an API token only loopback Host names are answered (DNS "
+        "rebinding); names listed here are answered too.",
+    )
+    body_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="A request body must arrive whole within this."
+    )
     what_if_per_minute: int = Field(
         30,
         ge=1,
@@ -120,6 +128,18 @@ class Settings(BaseSettings):
         None, ge=1, description="Testing: SIGKILL the service at this apply step (1-based)."
     )
 
+    @field_validator("api_token")
+    @classmethod
+    def _token_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError(
+                "blank (empty or whitespace): unset it to run on loopback without a token, "
+                "or give a real one"
+            )
+        if v is not None and v.get_secret_value() != v.get_secret_value().strip():
+            raise ValueError("has leading or trailing whitespace")
+        return v
+
     @field_validator("schedule_policy")
     @classmethod
     def _known_policy(cls, v: str | None) -> str | None:
@@ -145,7 +165,7 @@ def _state_dir() -> Path:
 def resolve_token(settings: Settings) -> str | None:
     """The API token: `api_token`, else the one in `api_token_file` (generated there on
     first use). None when neither is set."""
-    if settings.api_token and settings.api_token.get_secret_value():
+    if settings.api_token is not None:
         return settings.api_token.get_secret_value()
     path = settings.api_token_file
     if path is None:

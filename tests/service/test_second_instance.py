@@ -1,0 +1,168 @@
+"""One writer per fabric, with real `agg-optimizer serve` processes against the ONOS stand-in
+(real HTTP) and a real InfluxDB: a second instance never withdraws what it does not own (it
+refuses to start, before anything, when the port is taken or ONOS holds another database's
+intents); instances sharing one database elect a leader by lease, and a standby takes over
+from a SIGKILLed leader; a SIGKILL at a step of a move, then a restart on the same
+database, ends with ONOS holding exactly the desired state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from agg_optimizer.service.onos import intent_digest
+from int_collector import children
+from int_collector.influxd import InfluxServer, free_port
+
+from .onos_standin import StandinOnos
+from .test_failures import APP, JOBS, spines_of
+
+BIN = Path(sys.executable).parent / "agg-optimizer"
+START_S = 300  # a cold start on a loaded 2-core machine
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.url = f"http://127.0.0.1:{port}"
+
+    def api(self, method: str, path: str, **kw: Any) -> requests.Response:
+        headers = {"Content-Type": "application/json"}
+        return requests.request(method, self.url + path, headers=headers, timeout=60, **kw)
+
+
+@pytest.fixture
+def serve(onos: StandinOnos, influx: InfluxServer, bucket: str, tmp_path: Path) -> Iterator[Any]:
+    procs: list[subprocess.Popen] = []
+
+    def start(db: str, port: int | None = None, wait: bool = True, **env: str) -> Served:
+        port = port or free_port()
+        log = tmp_path / f"serve-{len(procs)}.log"
+        full = {
+            **os.environ,
+            "AGG_OPTIMIZER_ONOS_URL": onos.url,
+            "AGG_OPTIMIZER_INFLUX_URL": influx.url,
+            "AGG_OPTIMIZER_INFLUX_BUCKET": bucket,
+            "AGG_OPTIMIZER_DB_PATH": str(tmp_path / db),
+            "AGG_OPTIMIZER_REOPTIMIZE_PERIOD_S": "0",
+            "AGG_OPTIMIZER_VIEW_MAX_AGE_S": "0",
+            "AGG_OPTIMIZER_LEASE_TTL_S": "3",
+            **env,
+        }
+        p = children.spawn([str(BIN), "serve", "--port", str(port)], env=full, log=log)
+        procs.append(p)
+        s = Served(p, port, log)
+        if wait:
+
+            def up() -> bool:
+                if p.poll() is not None:
+                    raise children.NotReady(f"exited: {log.read_text()[-2000:]}")
+                return requests.get(s.url + "/healthz", timeout=2).status_code == 200
+
+            children.wait_ready(up, "agg-optimizer serve", timeout_s=START_S, proc=p, log=log)
+        return s
+
+    yield start
+    for p in procs:
+        children.stop(p)
+
+
+def ours(onos: StandinOnos) -> dict[str, str]:
+    return {k: intent_digest(b) for (app, k), b in onos.intents.items() if app == APP}
+
+
+def place_all(s: Served, onos: StandinOnos) -> None:
+    onos.set_link("device:leaf1", "device:leaf2", "INACTIVE")
+    for j in JOBS:
+        assert s.api("POST", "/api/v1/jobs", json=j).status_code == 201
+    res = s.api("POST", "/api/v1/placements", json={}).json()
+    assert {r["status"] for r in res} == {"applied"}, res
+
+
+def test_a_second_instance_withdraws_nothing_it_does_not_own(serve: Any, onos: StandinOnos) -> None:
+    a = serve("a.sqlite")
+    place_all(a, onos)
+    held = ours(onos)
+    assert len(held) == 10  # 5 workers, an intent each way
+    # The same port: it stops at the bind, before it reads or changes anything.
+    b = serve("b.sqlite", port=a.port, wait=False)
+    assert b.proc.wait(START_S) == 2
+    assert "cannot listen on 127.0.0.1" in b.log.read_text()
+    assert ours(onos) == held
+    # Another port, another database: ONOS holds intents it does not own.
+    b = serve("b.sqlite", wait=False)
+    assert b.proc.wait(START_S) == 2
+    text = b.log.read_text()
+    assert "does not own" in text and "Refusing to start" in text, text
+    assert "Traceback" not in text
+    assert ours(onos) == held
+    res = a.api("POST", "/api/v1/placements", json={}).json()
+    assert all(r["status"] == "applied" for r in res), res
+
+
+def test_replicas_on_one_database_one_leads_a_standby_takes_over(
+    serve: Any, onos: StandinOnos
+) -> None:
+    a = serve("shared.sqlite")
+    place_all(a, onos)
+    held = ours(onos)
+    b = serve("shared.sqlite")
+    assert "standby" in b.api("GET", "/readyz").json()["role"]
+    r = b.api("POST", "/api/v1/jobs/a/placement")
+    assert r.status_code == 503 and "standby" in r.json()["detail"], r.text
+    assert b.api("GET", "/api/v1/jobs").status_code == 200  # reads are served
+    assert ours(onos) == held
+    a.proc.kill()  # SIGKILL: no release of the lease
+    a.proc.wait(30)
+
+    def leads() -> bool:
+        return bool(b.api("GET", "/readyz").json()["role"] == "leader")
+
+    children.wait_ready(leads, "the standby taking over", timeout_s=60, proc=b.proc, log=b.log)
+    assert b.api("POST", "/api/v1/jobs/a/placement").json()["status"] == "applied"
+    assert ours(onos) == held
+
+
+@pytest.mark.parametrize("point", ["intent-submitted", "aggregation-posted"])
+def test_a_sigkill_mid_move_is_repaired_on_restart(
+    serve: Any, onos: StandinOnos, tmp_path: Path, point: str
+) -> None:
+    trace = tmp_path / "trace"
+    a = serve("kill.sqlite", AGG_OPTIMIZER_FAULT_TRACE=str(trace))
+    place_all(a, onos)
+    spine = sorted(spines_of(a.api("GET", "/api/v1/jobs/a/placement").json()["placement"]))[0]
+    before = len(trace.read_text().splitlines())
+    onos.set_link("device:leaf1", spine, "INACTIVE")
+    assert a.api("POST", "/api/v1/jobs/a/placement").json()["status"] == "applied"
+    steps = trace.read_text().splitlines()[before:]
+    n = next(int(line.split()[0]) for line in steps if line.split()[1] == point)
+    children.stop(a.proc)
+    # The same history again, killed at that step of the move.
+    onos.intents.clear()
+    onos.aggregation = {}
+    onos.job_numbers.clear()
+    onos.set_link("device:leaf1", spine, "ACTIVE")
+    a = serve("kill2.sqlite", AGG_OPTIMIZER_FAULT_KILL_AT=str(n))
+    place_all(a, onos)
+    onos.set_link("device:leaf1", spine, "INACTIVE")
+    with pytest.raises(requests.ConnectionError):
+        a.api("POST", "/api/v1/jobs/a/placement")
+    assert a.proc.wait(30) == -9
+    b = serve("kill2.sqlite")
+    assert b.api("GET", "/readyz").json()["role"] == "leader"
+    cur = b.api("GET", "/api/v1/jobs/a/placement").json()
+    assert cur["status"] == "applied" and spine not in spines_of(cur["placement"]), cur
+    doc = onos.aggregation["a"]
+    assert [x for jp in doc["jobs"] for x in jp["aggregators"]] == cur["placement"]["aggregators"]
+    for (app, key), body in onos.intents.items():
+        if app == APP and key.startswith("ia-a-"):
+            assert spine not in str(body), (key, body)
+    again = b.api("POST", "/api/v1/reconcile").json()
+    assert again["repaired"] == again["resubmitted"] == again["removed"] == [], again
