@@ -21,7 +21,7 @@ def test_a_posted_class_moves_the_jobs_streams() -> None:
         root = fab.onos_url.rsplit("/onos/", 1)[0]
         auth = ("onos", "rocks")
         r = requests.post(f"{root}/onos/innet-agg/aggregation/a", json={"jobs": []}, auth=auth)
-        assert r.status_code == 200
+        assert r.status_code == 201  # a new job, as the app answers
         r = requests.post(
             f"{root}/onos/innet-agg/priority/a",
             json={"job_id": "a", "priority_class": 3},

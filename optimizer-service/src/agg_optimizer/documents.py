@@ -8,9 +8,9 @@ live in `validation.py`, so that every error names the field it is about.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 # Documented defaults for links and switches with no telemetry (docs/documents.md).
 DEFAULT_LINK_LATENCY_US = 2.0
@@ -19,11 +19,26 @@ DEFAULT_SLOTS = 1024
 DEFAULT_POOL_SLOTS = 128
 
 
+# Upper bounds: what the solver, int64 arithmetic and the switches' registers take. A value
+# past them is refused naming its field (1e400 or 1e30 slots used to overflow in the engine).
+MAX_SLOTS = 1 << 20
+MAX_BYTES = 10**15
+MAX_GBPS = 1e6
+MAX_US = 1e9
+MAX_WEIGHT = 1e6
+MAX_COUNT = 10**6
+
+
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Node(_Doc):
+class _Input(_Doc):
+    # NaN and Infinity are no input numbers (they turned into NaN weights in the LP).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Node(_Input):
     id: str = Field(min_length=1, description="Unique node id (ONOS device id or host id).")
     kind: Literal["host", "switch"]
     programmable: bool = Field(
@@ -32,36 +47,37 @@ class Node(_Doc):
     slots: int = Field(
         DEFAULT_SLOTS,
         ge=0,
+        le=MAX_SLOTS,
         description="Aggregator register slots on this switch; a job's pool takes "
         "`pool_slots` of them. Ignored for hosts.",
     )
     tier: str | None = Field(None, description="Informational: core, agg, edge, spine, leaf.")
 
 
-class Link(_Doc):
+class Link(_Input):
     """A full-duplex link; capacity is per direction."""
 
     src: str
     dst: str
-    capacity_gbps: float = Field(10.0, gt=0)
+    capacity_gbps: float = Field(10.0, gt=0, le=MAX_GBPS)
     src_port: int | None = None
     dst_port: int | None = None
 
 
-class Topology(_Doc):
+class Topology(_Input):
     nodes: list[Node]
     links: list[Link]
 
 
-class LinkTelemetry(_Doc):
+class LinkTelemetry(_Input):
     """State of one direction of a link, as INT reports it at the egress port of `src`."""
 
     src: str
     dst: str
     utilization: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of capacity in use.")
-    queue_bytes: NonNegativeFloat = 0.0
-    latency_us: NonNegativeFloat = DEFAULT_LINK_LATENCY_US
-    flows: NonNegativeFloat | None = Field(
+    queue_bytes: float = Field(0.0, ge=0, le=MAX_BYTES)
+    latency_us: float = Field(DEFAULT_LINK_LATENCY_US, ge=0, le=MAX_US)
+    flows: Annotated[float, Field(ge=0, le=MAX_COUNT)] | None = Field(
         None,
         description="Competing flows seen on this link (INT per-flow reports). Busy links of "
         "elastic flows still give a newcomer a fair share: with it, the residual rate is at "
@@ -69,40 +85,43 @@ class LinkTelemetry(_Doc):
     )
 
 
-class SwitchTelemetry(_Doc):
+class SwitchTelemetry(_Input):
     switch: str
-    hop_latency_us: NonNegativeFloat = DEFAULT_HOP_LATENCY_US
+    hop_latency_us: float = Field(DEFAULT_HOP_LATENCY_US, ge=0, le=MAX_US)
 
 
-class Telemetry(_Doc):
+class Telemetry(_Input):
     """Smoothed INT snapshot. Directed links or switches absent here get the defaults."""
 
     links: list[LinkTelemetry] = []
     switches: list[SwitchTelemetry] = []
 
 
-class Job(_Doc):
+class Job(_Input):
     id: str = Field(min_length=1)
     workers: list[str] = Field(min_length=1, description="Worker host ids.")
     ps: str = Field(description="Parameter-server host id.")
-    update_bytes: PositiveInt = Field(description="Bytes each worker sends per iteration.")
-    weight: float = Field(1.0, gt=0)
-    max_aggregators: PositiveInt | None = Field(
+    update_bytes: PositiveInt = Field(
+        le=MAX_BYTES, description="Bytes each worker sends per iteration."
+    )
+    weight: float = Field(1.0, gt=0, le=MAX_WEIGHT)
+    max_aggregators: Annotated[PositiveInt, Field(le=MAX_COUNT)] | None = Field(
         None, description="Cap K_j on aggregation switches for this job; none means no cap."
     )
     pool_slots: PositiveInt = Field(
         DEFAULT_POOL_SLOTS,
+        le=MAX_SLOTS,
         description="Slots of the pool this job takes on each aggregation switch. Equal for "
         "all jobs keeps the LP exact; unequal sizes make a knapsack and go to the MILP path.",
     )
 
 
-class SlotPool(_Doc):
-    base: int = Field(ge=0)
-    size: int = Field(ge=1)
+class SlotPool(_Input):
+    base: int = Field(ge=0, le=MAX_SLOTS)
+    size: int = Field(ge=1, le=MAX_SLOTS)
 
 
-class Instance(_Doc):
+class Instance(_Input):
     topology: Topology
     telemetry: Telemetry = Telemetry()
     jobs: list[Job]
@@ -110,8 +129,11 @@ class Instance(_Doc):
         default_factory=dict,
         description="Current aggregation switches per job id, for hysteresis.",
     )
-    switching_penalty_s: NonNegativeFloat = Field(
-        0.0, description="Cost added to a placement for each aggregator not in `current`."
+    switching_penalty_s: float = Field(
+        0.0,
+        ge=0,
+        le=MAX_US,
+        description="Cost added to a placement for each aggregator not in `current`.",
     )
     reserved: dict[str, list[SlotPool]] = Field(
         default_factory=dict,

@@ -66,7 +66,7 @@ def _rerouted(
         if len(ctx.jobs) > SHARED_ROUTING_MAX_JOBS:
             return aggs, stats, ctx.int_trees
         score, funnels0 = _judge(ctx, aggs)
-        best = (score, ctx, aggs, stats)
+        best = first = (score, ctx, aggs, stats)
         kept = 0
         # Each trajectory re-routes around the funnels of one placement rule on the current
         # trees: `place`'s own, and `steer`'s when given; `place` is judged on every tree.
@@ -88,11 +88,23 @@ def _rerouted(
                 if score < best[0]:
                     kept += 1
                     best = (score, cur, aggs, stats)
+        if best[1] is not ctx and _reported(best[1], best[2]) >= _reported(ctx, first[2]):
+            # Rounds are judged on each job alone (`_judge`, cheap); the placement reports
+            # the jobs sharing the fabric. A re-routing that looks better alone but worse
+            # shared is not kept (it was on 9 of 96 k=4/k=6 instances, up to +3.8%).
+            best, kept = first, 0
         _, ctx, aggs, stats = best
         stats.reroutes = kept
         return aggs, stats, ctx.int_trees
 
     return run
+
+
+def _reported(ctx: Context, aggs: Decision) -> float:
+    """The jobs' weighted predicted CCT as the placement document reports it (shared)."""
+    p = build_placement(ctx, "", ctx.int_trees, aggs, SolverStats())
+    weight = {j.id: j.weight for j in ctx.jobs}
+    return sum(weight[jp.job_id] * jp.predicted_cct_s for jp in p.jobs)
 
 
 def _heuristic(fn: Callable[[Context], Decision], int_aware: bool):
@@ -207,6 +219,14 @@ def solve(instance: Instance, strategy: str = "agg", *, seed: int = 0) -> Placem
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: unknown {strategy!r}; one of {', '.join(STRATEGIES)}")
     check_instance(instance)
+    if not instance.jobs:  # nothing to place (HiGHS calls an empty model no solution)
+        return Placement(
+            strategy=strategy,
+            jobs=[],
+            objective_s=0.0,
+            mean_predicted_cct_s=0.0,
+            stats=SolverStats(status="no jobs"),
+        )
     t0 = time.perf_counter()
     ctx = Context(instance, seed=seed)
     aggs, stats, trees = STRATEGIES[strategy](ctx)

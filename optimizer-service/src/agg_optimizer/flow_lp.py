@@ -316,8 +316,14 @@ class FlowLP:
         self._pending_build = 0.0
         t1 = time.perf_counter()
         h.run()
-        t2 = time.perf_counter()
         status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal and arc_cost is not None:
+            # A warm re-solve from the last basis can end `Unknown` where a cold solve of
+            # the same LP is optimal (agg-mm's bisection on a k=4 fat-tree, 3 jobs, cap 1).
+            h.clearSolver()
+            h.run()
+            status = h.getModelStatus()
+        t2 = time.perf_counter()
         if status != highspy.HighsModelStatus.kOptimal:
             raise SolveError(f"HiGHS returned {h.modelStatusToString(status)}")
         col = np.asarray(h.getSolution().col_value)
