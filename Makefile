@@ -46,7 +46,9 @@ bench-solve: sync
 # hey is built once from the Go module proxy into the cache outside the repository.
 HEY := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-agg/hey-0.1.4/hey
 bench-service: sync influxdb $(HEY)
-	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py --out docs/benchmarks
+	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py
+	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py --path per-job
+	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py --path per-job --no-cache
 
 $(HEY):
 	GOBIN=$(dir $(HEY)) GOFLAGS=-mod=mod GOWORK=off go install github.com/rakyll/hey@v0.1.4

@@ -741,6 +741,8 @@ class Service:
         store; once the view has expired, the last answer for the same store version while
         one background refresh computes the next (stale-while-revalidate), as long as that
         answer's view is at most `4 * view_max_age_s` old."""
+        if not self.s.dry_run_cache:
+            return None
         jobs = tuple(job_ids) if job_ids else None
         last = self._dry_last.get(jobs)
         if last is None or last[1] != self.store.version:
@@ -776,7 +778,7 @@ class Service:
         version = self.store.version
         key = (view.seq, version, tuple(job_ids) if job_ids else None)
         with self._dry_lock:
-            hit = self._dry.get(key)
+            hit = self._dry.get(key) if self.s.dry_run_cache else None
             if hit is not None:
                 return hit
             flight = self._dry_flight.get(key)

@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         description="Reads (dry runs, what-if, topology, telemetry) reuse an ONOS and "
         "InfluxDB view this young; applies and the control loop always read afresh.",
     )
+    dry_run_cache: bool = Field(
+        True,
+        description="Answer a dry run from the last one for the same view and store (and, "
+        "once the view expired, up to 4 view ages old while one refresh runs). False: "
+        "compute every one (benchmarks of the uncached path).",
+    )
     probe_period_s: float = Field(1.0, gt=0, description="Background readiness probe period.")
 
     api_token: SecretStr | None = Field(
