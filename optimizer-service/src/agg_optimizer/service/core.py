@@ -12,13 +12,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..documents import Instance, Job, JobPlacement, Placement, SlotPool, Telemetry, Topology
+from ..documents import Instance, Job, Placement, SlotPool, Telemetry, Topology
 from ..engine import STRATEGIES, solve
-from ..network import Network, cct_of
 from ..pools import PoolAllocator
 from ..validation import InstanceError, check_instance
 from .applier import Applier, Partial
+from .errors import BadField, Conflict, NotFound, TooLarge, Unavailable
 from .lease import Lease
+from .loop import ControlLoop
 from .onos import (
     AggregationApi,
     HostInfo,
@@ -29,40 +30,17 @@ from .onos import (
     intent_digest,
     resolve_host,
 )
+from .scheduler import Scheduler, ScheduleState
 from .settings import Settings
-from .store import DELETING, PENDING, Store
+from .store import DELETING, HOLDING, PENDING, Store
+
+__all__ = [
+    "HOLDING", "BadField", "Conflict", "NotFound", "ScheduleState", "Service", "TooLarge",
+    "Unavailable", "View",
+]  # fmt: skip
 from .telemetry import InfluxUnavailable, Snapshot, TelemetryReader
 
 log = logging.getLogger(__name__)
-
-# Placement statuses under which the job's paths (and maybe pools) are in the network:
-# `partial` (ONOS failed mid-apply; reconcile finishes it) and `intents-only` (the paths are
-# INSTALLED but the ONOS app that writes aggregation entries is missing; the control loop
-# tries again).
-HOLDING = ("applied", "partial", "intents-only")
-
-
-class NotFound(LookupError):
-    pass
-
-
-class Conflict(ValueError):
-    pass
-
-
-class TooLarge(ValueError):
-    pass
-
-
-class BadField(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class Unavailable(RuntimeError):
-    """A dependency is down; the message says which and what state was left."""
 
 
 @dataclass
@@ -73,29 +51,6 @@ class View:
     snapshot: Snapshot | None
     telemetry_error: str | None = None
     seq: int = field(default_factory=itertools.count().__next__)  # which fetch this is
-
-
-@dataclass
-class ScheduleState:
-    """What the scheduler last pushed to the switches (docs/scheduling.md, "In the service")."""
-
-    pushed: dict[str, int] = field(default_factory=dict)  # job -> class the app holds
-    held_by: dict[str, list[str]] = field(default_factory=dict)  # job -> switches with it
-    # off, ok, no-switch, app-not-installed, onos-unavailable, onos-error
-    status: str = "off"
-    error: str | None = None
-    runs: int = 0
-    last_trigger: str | None = None
-    last_run_at: float | None = None
-    order: list[str] = field(default_factory=list)
-
-
-@dataclass
-class LoopState:
-    last_links: frozenset[tuple[str, str]] | None = None
-    last_util: dict[tuple[str, str], float] = field(default_factory=dict)
-    runs: int = 0
-    last_trigger: str | None = None
 
 
 class Service:
@@ -120,11 +75,6 @@ class Service:
         self.lease = Lease(
             self.store, f"{settings.onos_url}#{settings.onos_app_id}", settings.lease_ttl_s
         )
-        self.sched = ScheduleState()
-        self._sched_lock = threading.Lock()
-        self._sched_wake = threading.Event()
-        self._sched_trigger = "periodic"
-        self._sched_thread: threading.Thread | None = None
         self.influx = TelemetryReader(
             settings.influx_url,
             settings.influx_token.get_secret_value(),
@@ -134,10 +84,12 @@ class Service:
             settings.telemetry_stale_s,
         )
         self.apply_lock = threading.Lock()
-        self.loop = LoopState()
+        self.control = ControlLoop(self)
         self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.scheduler = Scheduler(
+            settings, self.store, self.priority, self._count, self._stop,
+            lambda: self.lease.leading,
+        )  # fmt: skip
         self.counters: dict[str, int] = {}
         self._view: tuple[float, View] | None = None
         self._view_lock = threading.Lock()
@@ -325,7 +277,7 @@ class Service:
     def delete_job(self, job_id: str) -> dict[str, Any]:
         self.get_job(job_id)
         with self.apply_lock:
-            with self._sched_lock:
+            with self.scheduler.lock:
                 pushed = job_id in self.sched.pushed
             try:
                 n, agg = self.applier.remove(job_id, pushed)
@@ -339,7 +291,7 @@ class Service:
                     f"ONOS rejected a request: {e}; job {job_id!r} is marked for deletion "
                     "and reconcile finishes it"
                 ) from None
-            with self._sched_lock:
+            with self.scheduler.lock:
                 self.sched.held_by.pop(job_id, None)
                 self.sched.pushed.pop(job_id, None)
         return {"job_id": job_id, "intents_removed": n, "aggregation": agg}
@@ -366,43 +318,26 @@ class Service:
             self.wake_scheduler("stage")  # a stage ended: the order changes now, not later
         return {"job_id": job_id, **self.store.progress()[job_id]}
 
-    def schedule(self, policy: str, classes: int) -> dict[str, Any]:
-        """Order the jobs that hold a placement by `policy` and map them onto `classes`
-        priority queues: jobs on 1 .. classes-1, everything else (background) on 0."""
-        from ..documents import Job, JobPlacement
-        from ..scheduling import POLICIES, Demand, link_bytes, schedule
+    # --- scheduling (scheduler.py) --------------------------------------------------------
 
-        if policy not in POLICIES:
-            raise BadField("policy", f"unknown {policy!r}; one of {', '.join(POLICIES)}")
-        progress, created = self.store.progress(), self.store.created()
-        demands = []
-        for spec in self.store.jobs():
-            cur = self.store.current(spec["id"])
-            if not cur or cur["status"] not in HOLDING:
-                continue
-            job = Job.model_validate({k: spec[k] for k in Job.model_fields if k in spec})
-            jp = JobPlacement.model_validate(cur["placement"])
-            info = progress.get(job.id, {})
-            demands.append(
-                Demand(
-                    job=job.id,
-                    links=link_bytes(job.update_bytes, jp),
-                    arrival_s=created.get(job.id, 0.0),
-                    weight=job.weight,
-                    progress=float(info.get("progress", 0.0)),
-                    cojob=info.get("cojob"),
-                    stage=int(info.get("stage", 0)),
-                    rounds_left=int(info.get("rounds_left", 1)),
-                )
-            )
-        s = schedule(policy, demands, classes - 1)
-        return {
-            "policy": policy,
-            "classes": classes,
-            "order": s.order,
-            "class_of": {j: c + 1 for j, c in s.classes.items()},
-            "background_class": 0,
-        }
+    @property
+    def sched(self) -> ScheduleState:
+        return self.scheduler.state
+
+    def schedule(self, policy: str, classes: int) -> dict[str, Any]:
+        return self.scheduler.schedule(policy, classes)
+
+    def push_schedule(self, trigger: str = "request") -> dict[str, Any]:
+        return self.scheduler.push(trigger)
+
+    def schedule_status(self) -> dict[str, Any]:
+        return self.scheduler.status()
+
+    def wake_scheduler(self, trigger: str) -> None:
+        self.scheduler.wake(trigger)
+
+    def start_scheduler(self) -> None:
+        self.scheduler.start()
 
     def peers(
         self,
@@ -440,110 +375,6 @@ class Service:
                 self._peer_plans = (view, plans)
             plans[key] = out
             return out
-
-    def push_schedule(self, trigger: str = "request") -> dict[str, Any]:
-        """Order the placed jobs by the configured policy and write each job's class to the
-        switches through the ONOS app (only the classes that changed; the classes of jobs
-        no longer placed are removed). ONOS down: `Unavailable`, state kept for next time."""
-        policy = self.s.schedule_policy
-        if policy is None:
-            raise BadField(
-                "schedule_policy", "no policy configured (AGG_OPTIMIZER_SCHEDULE_POLICY)"
-            )
-        with self._sched_lock:
-            st = self.sched
-            st.runs += 1
-            st.last_trigger, st.last_run_at = trigger, time.time()
-            s = self.schedule(policy, self.s.schedule_classes)
-            st.order = s["order"]
-            want: dict[str, int] = s["class_of"]
-            written: dict[str, int] = {}
-            removed: list[str] = []
-            try:
-                for jid in sorted(want, key=s["order"].index):
-                    # a class no switch took is written again: a device may run ours now
-                    if st.pushed.get(jid) == want[jid] and st.held_by.get(jid) != []:
-                        continue
-                    outcome, switches = self.priority.apply(jid, want[jid])
-                    if outcome == "app-not-installed":
-                        st.status, st.error = (
-                            "app-not-installed",
-                            ("the innet-agg app's priority resource is missing from ONOS"),
-                        )
-                        break
-                    st.pushed[jid] = written[jid] = want[jid]
-                    if switches is None:
-                        st.held_by.pop(jid, None)
-                    else:
-                        st.held_by[jid] = switches
-                else:
-                    for jid in sorted(set(st.pushed) - set(want)):
-                        self.priority.remove(jid)
-                        del st.pushed[jid]
-                        st.held_by.pop(jid, None)
-                        removed.append(jid)
-                    unheld = sorted(j for j in st.pushed if st.held_by.get(j) == [])
-                    if unheld:
-                        st.status, st.error = (
-                            "no-switch",
-                            f"ONOS accepted the classes of {', '.join(unheld)} but no switch "
-                            "holds them: no device runs the innet-agg pipeconf",
-                        )
-                    else:
-                        st.status, st.error = "ok", None
-            except OnosUnavailable as e:
-                st.status, st.error = "onos-unavailable", str(e)
-                self._count("schedule_errors")
-                raise Unavailable(f"{e}; classes pushed so far are kept") from None
-            except OnosError as e:
-                st.status, st.error = "onos-error", str(e)
-                self._count("schedule_errors")
-                raise Unavailable(f"ONOS rejected a class: {e}") from None
-            self._count("schedule_pushes")
-            return {**self.schedule_status(), "written": written, "removed": removed}
-
-    def schedule_status(self) -> dict[str, Any]:
-        st = self.sched
-        return {
-            "policy": self.s.schedule_policy,
-            "classes": self.s.schedule_classes,
-            "status": st.status if self.s.schedule_policy else "off",
-            "error": st.error,
-            "runs": st.runs,
-            "last_trigger": st.last_trigger,
-            "last_run_at": st.last_run_at,
-            "order": st.order,
-            "pushed": dict(st.pushed),
-            # switches holding each pushed class, as the ONOS app answered (absent when
-            # it did not say)
-            "held_by": {j: list(v) for j, v in st.held_by.items()},
-        }
-
-    def wake_scheduler(self, trigger: str) -> None:
-        self._sched_trigger = trigger
-        self._sched_wake.set()
-
-    def start_scheduler(self) -> None:
-        if self.s.schedule_policy is None or self._sched_thread:
-            return
-        self._sched_thread = threading.Thread(target=self._sched_run, name="schedule", daemon=True)
-        self._sched_thread.start()
-
-    def _sched_run(self) -> None:
-        period = self.s.schedule_period_s or None
-        while not self._stop.is_set():
-            woke = self._sched_wake.wait(period)
-            self._sched_wake.clear()
-            if self._stop.is_set():
-                break
-            trigger = self._sched_trigger if woke else "periodic"
-            self._sched_trigger = "periodic"
-            if not self.lease.leading:
-                continue
-            try:
-                self.push_schedule(trigger)
-            except Exception as e:  # ONOS down: status says so, the next run retries
-                log.warning("classes not pushed: %s", e)
 
     # --- placements -----------------------------------------------------------------------
 
@@ -992,209 +823,21 @@ class Service:
             "failed": [s.__dict__ for s in r.failed],
         }
 
-    # --- control loop ---------------------------------------------------------------------
+    # --- control loop (loop.py) ----------------------------------------------------------
 
     def step(self) -> dict[str, Any]:
-        """One pass of the control loop: re-place applied jobs when the topology changed or
-        a link's utilisation moved past the threshold (or when the period elapsed)."""
-        view = self.view()
-        links = frozenset((ln.src, ln.dst) for ln in view.topology.links)
-        util = {}
-        if view.snapshot:
-            util = {(t.src, t.dst): t.utilization for t in view.snapshot.telemetry.links}
-        trigger = "periodic"
-        if self.loop.last_links is not None and links != self.loop.last_links:
-            trigger = "topology"
-        elif any(
-            abs(u - self.loop.last_util.get(k, 0.0)) >= self.s.utilization_threshold
-            for k, u in util.items()
-        ) or any(
-            k not in util and u >= self.s.utilization_threshold
-            for k, u in self.loop.last_util.items()
-        ):
-            trigger = "telemetry"
-        self.loop.last_links, self.loop.last_util = links, util
-        self.loop.runs += 1
-        self.loop.last_trigger = trigger
-        active = (*HOLDING, "failed")
-        deleting = {j for j, d in self.store.desired().items() if d["state"] == DELETING}
-        placed = [
-            j["id"]
-            for j in self.store.jobs()
-            if (c := self.store.current(j["id"])) and c["status"] in active
-            and j["id"] not in deleting
-        ]  # fmt: skip
-        changed, kept, restored = [], [], []
-        errors: dict[str, str] = {}
-        repairs = self.reconcile()
-        unplaceable: dict[str, str] = {}
-        if placed:
-            with self.apply_lock:
-                try:
-                    in_onos = self.onos.our_intents()
-                except OnosUnavailable as e:
-                    raise Unavailable(str(e)) from None
-                stored = self.store.intents()
-                computed = self.compute(view, placed, unplaceable=unplaceable)
-                moves: dict[str, tuple[str, Any]] = {}  # job -> (strategy, new placement)
-                stay: dict[str, list[dict]] = {}  # job -> the aggregators it keeps
-                for jid, (strat, placement) in sorted(computed.items()):
-                    jp = next(p for p in placement.jobs if p.job_id == jid)
-                    cur = self.store.current(jid)
-                    old = cur["placement"] if cur else None
-                    new = jp.model_dump(mode="json")
-                    job = self.store.job(jid)
-                    assert job is not None
-                    # Intents ONOS lost (restarted without its state, or withdrawn them).
-                    lost = any(
-                        j == jid and in_onos.get(k) not in ("INSTALLED", "INSTALLING", "COMPILING")
-                        for k, (j, _) in stored.items()
-                    )
-                    if cur and cur["status"] == "applied":
-                        same = (
-                            old["aggregators"] == new["aggregators"]
-                            and old["worker_paths"] == new["worker_paths"]
-                        )
-                        if same or not self._worth_moving(view, job, old, new):
-                            stay[jid] = old["aggregators"]
-                            if not lost:
-                                kept += [] if same else [jid]
-                                continue
-                            jp = JobPlacement.model_validate(old)  # put it back as it was
-                            restored.append(jid)
-                    moves[jid] = (strat, jp)
-                self._around_stayers(view, moves, stay, kept)
-                for jid, (strat, jp) in sorted(moves.items()):
-                    job = self.store.job(jid)
-                    if job is None:
-                        continue
-                    try:
-                        self._apply(view, job, strat, jp, "restore" if jid in restored else trigger)
-                    except Unavailable as e:  # the others still move
-                        errors[jid] = str(e)
-                        continue
-                    changed.append(jid)
-        self._count("loop_runs")
-        for jid, why in sorted(unplaceable.items()):
-            log.warning("loop: job %s cannot be placed: %s", jid, why)
-        return {
-            "trigger": trigger,
-            "jobs": placed,
-            "changed": changed,
-            "kept": kept,
-            "restored": restored,
-            "unplaceable": unplaceable,
-            "errors": errors,
-            "repaired": repairs["repaired"],
-        }
-
-    def _around_stayers(
-        self,
-        view: View,
-        moves: dict[str, tuple[str, Any]],
-        stay: dict[str, list[dict]],
-        kept: list[str],
-    ) -> None:
-        """The loop solves all placed jobs together, then keeps those whose move does not
-        pay: a mover's new pools were given as if the kept jobs' pools were free, and may be
-        the very registers a kept job sums into. Where they overlap, the movers are solved
-        again holding every kept pool (`compute` holds the pools of applied jobs it is not
-        asked to place); a mover whose new placement no longer pays keeps its own."""
-        taken: dict[str, list[tuple[int, int]]] = {}
-        for aggs in stay.values():
-            for a in aggs:
-                lo = a["pool"]["base"]
-                taken.setdefault(a["switch"], []).append((lo, lo + a["pool"]["size"]))
-
-        def clashes(jp: Any) -> bool:
-            return any(
-                lo < a.pool.base + a.pool.size and a.pool.base < hi
-                for a in jp.aggregators
-                for lo, hi in taken.get(a.switch, ())
-            )
-
-        movers = sorted(j for j, (_, jp) in moves.items() if j not in stay)
-        if not any(clashes(moves[j][1]) for j in movers):
-            return
-        log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
-        again = self.compute(view, movers, unplaceable={})
-        for jid in movers:
-            if jid not in again:  # no room around the kept pools: it stays as it is
-                del moves[jid]
-                continue
-            strat, placement = again[jid]
-            jp = next(p for p in placement.jobs if p.job_id == jid)
-            cur = self.store.current(jid)
-            job = self.store.job(jid)
-            assert job is not None
-            if (
-                cur
-                and cur["status"] == "applied"
-                and not self._worth_moving(view, job, cur["placement"], jp.model_dump(mode="json"))
-            ):
-                del moves[jid]
-                kept.append(jid)
-            else:
-                moves[jid] = (strat, jp)
+        return self.control.step()
 
     def _worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
-        """Whether the new placement's predicted CCT is `min_improvement` (and at least
-        `min_improvement_s`) below the applied one's, both judged alone on this view's link
-        state; a placement that no longer fits the fabric is always left."""
-        inst = self._instance(view, [job])
-        net = Network.from_instance(inst)
-        spec = inst.jobs[0]
-
-        def cct(doc: dict) -> float | None:
-            aggs = {a["switch"] for a in doc["aggregators"]}
-            return cct_of(net, spec, doc["worker_paths"], aggs)
-
-        before, after = cct(old), cct(new)
-        if before is None or after is None:
-            return True
-        move = after < before * (1.0 - self.s.min_improvement) and (
-            before - after >= self.s.min_improvement_s
-        )
-        if move:
-            log.info(
-                "moving job %s: predicted CCT %.4f s -> %.4f s on this view's link state "
-                "(aggregators %s -> %s)",
-                job["id"], before, after,
-                [a["switch"] for a in old["aggregators"]],
-                [a["switch"] for a in new["aggregators"]],
-            )  # fmt: skip
-        return move
+        return self.control.worth_moving(view, job, old, new)
 
     def start_loop(self) -> None:
-        if self.s.reoptimize_period_s <= 0 or self._thread:
-            return
-        self._thread = threading.Thread(target=self._run, name="reoptimize", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.s.reoptimize_period_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            if not self.lease.leading:
-                continue
-            try:
-                self.step()
-            except Exception as e:  # the loop must survive ONOS or InfluxDB outages
-                log.warning("re-optimisation skipped: %s", e)
-                self._count("loop_errors")
+        self.control.start()
 
     def stop_loop(self) -> None:
         self._stop.set()
-        self._wake.set()
-        self._sched_wake.set()
-        if self._thread:
-            self._thread.join(10)
-            self._thread = None
-        if self._sched_thread:
-            self._sched_thread.join(10)
-            self._sched_thread = None
+        self.control.stop()
+        self.scheduler.stop()
 
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1

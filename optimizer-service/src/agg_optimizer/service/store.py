@@ -40,6 +40,12 @@ CREATE TABLE IF NOT EXISTS leases (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+# Placement statuses under which the job's paths (and maybe pools) are in the network:
+# `partial` (ONOS failed mid-apply; reconcile finishes it) and `intents-only` (the paths are
+# INSTALLED but the ONOS app that writes aggregation entries is missing; the control loop
+# tries again).
+HOLDING = ("applied", "partial", "intents-only")
+
 # Desired-state rows: `pending` (recorded, the fabric may not hold it yet), `converged`
 # (every step done and the placement row written), `deleting` (the job is being removed).
 PENDING, CONVERGED, DELETING = "pending", "converged", "deleting"

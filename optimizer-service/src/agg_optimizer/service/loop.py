@@ -1,0 +1,237 @@
+"""The control loop: re-places applied jobs when the topology changes or link utilisation
+moves past the threshold (and every period), with hysteresis, after reconciling ONOS with
+the desired state (docs/service.md)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..documents import JobPlacement
+from ..network import Network, cct_of
+from .errors import Unavailable
+from .onos import OnosUnavailable
+from .store import DELETING, HOLDING
+
+if TYPE_CHECKING:
+    from .core import Service, View
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopState:
+    last_links: frozenset[tuple[str, str]] | None = None
+    last_util: dict[tuple[str, str], float] = field(default_factory=dict)
+    runs: int = 0
+    last_trigger: str | None = None
+
+
+class ControlLoop:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.state = LoopState()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def step(self) -> dict[str, Any]:
+        """One pass of the control loop: re-place applied jobs when the topology changed or
+        a link's utilisation moved past the threshold (or when the period elapsed)."""
+        view = self.svc.view()
+        links = frozenset((ln.src, ln.dst) for ln in view.topology.links)
+        util = {}
+        if view.snapshot:
+            util = {(t.src, t.dst): t.utilization for t in view.snapshot.telemetry.links}
+        trigger = "periodic"
+        if self.state.last_links is not None and links != self.state.last_links:
+            trigger = "topology"
+        elif any(
+            abs(u - self.state.last_util.get(k, 0.0)) >= self.svc.s.utilization_threshold
+            for k, u in util.items()
+        ) or any(
+            k not in util and u >= self.svc.s.utilization_threshold
+            for k, u in self.state.last_util.items()
+        ):
+            trigger = "telemetry"
+        self.state.last_links, self.state.last_util = links, util
+        self.state.runs += 1
+        self.state.last_trigger = trigger
+        active = (*HOLDING, "failed")
+        deleting = {j for j, d in self.svc.store.desired().items() if d["state"] == DELETING}
+        placed = [
+            j["id"]
+            for j in self.svc.store.jobs()
+            if (c := self.svc.store.current(j["id"])) and c["status"] in active
+            and j["id"] not in deleting
+        ]  # fmt: skip
+        changed, kept, restored = [], [], []
+        errors: dict[str, str] = {}
+        repairs = self.svc.reconcile()
+        unplaceable: dict[str, str] = {}
+        if placed:
+            with self.svc.apply_lock:
+                try:
+                    in_onos = self.svc.onos.our_intents()
+                except OnosUnavailable as e:
+                    raise Unavailable(str(e)) from None
+                stored = self.svc.store.intents()
+                computed = self.svc.compute(view, placed, unplaceable=unplaceable)
+                moves: dict[str, tuple[str, Any]] = {}  # job -> (strategy, new placement)
+                stay: dict[str, list[dict]] = {}  # job -> the aggregators it keeps
+                for jid, (strat, placement) in sorted(computed.items()):
+                    jp = next(p for p in placement.jobs if p.job_id == jid)
+                    cur = self.svc.store.current(jid)
+                    old = cur["placement"] if cur else None
+                    new = jp.model_dump(mode="json")
+                    job = self.svc.store.job(jid)
+                    assert job is not None
+                    # Intents ONOS lost (restarted without its state, or withdrawn them).
+                    lost = any(
+                        j == jid and in_onos.get(k) not in ("INSTALLED", "INSTALLING", "COMPILING")
+                        for k, (j, _) in stored.items()
+                    )
+                    if cur and cur["status"] == "applied":
+                        same = (
+                            old["aggregators"] == new["aggregators"]
+                            and old["worker_paths"] == new["worker_paths"]
+                        )
+                        if same or not self.svc._worth_moving(view, job, old, new):
+                            stay[jid] = old["aggregators"]
+                            if not lost:
+                                kept += [] if same else [jid]
+                                continue
+                            jp = JobPlacement.model_validate(old)  # put it back as it was
+                            restored.append(jid)
+                    moves[jid] = (strat, jp)
+                self.around_stayers(view, moves, stay, kept)
+                for jid, (strat, jp) in sorted(moves.items()):
+                    job = self.svc.store.job(jid)
+                    if job is None:
+                        continue
+                    try:
+                        why = "restore" if jid in restored else trigger
+                        self.svc._apply(view, job, strat, jp, why)
+                    except Unavailable as e:  # the others still move
+                        errors[jid] = str(e)
+                        continue
+                    changed.append(jid)
+        self.svc._count("loop_runs")
+        for jid, why in sorted(unplaceable.items()):
+            log.warning("loop: job %s cannot be placed: %s", jid, why)
+        return {
+            "trigger": trigger,
+            "jobs": placed,
+            "changed": changed,
+            "kept": kept,
+            "restored": restored,
+            "unplaceable": unplaceable,
+            "errors": errors,
+            "repaired": repairs["repaired"],
+        }
+
+    def around_stayers(
+        self,
+        view: View,
+        moves: dict[str, tuple[str, Any]],
+        stay: dict[str, list[dict]],
+        kept: list[str],
+    ) -> None:
+        """The loop solves all placed jobs together, then keeps those whose move does not
+        pay: a mover's new pools were given as if the kept jobs' pools were free, and may be
+        the very registers a kept job sums into. Where they overlap, the movers are solved
+        again holding every kept pool (`compute` holds the pools of applied jobs it is not
+        asked to place); a mover whose new placement no longer pays keeps its own."""
+        taken: dict[str, list[tuple[int, int]]] = {}
+        for aggs in stay.values():
+            for a in aggs:
+                lo = a["pool"]["base"]
+                taken.setdefault(a["switch"], []).append((lo, lo + a["pool"]["size"]))
+
+        def clashes(jp: Any) -> bool:
+            return any(
+                lo < a.pool.base + a.pool.size and a.pool.base < hi
+                for a in jp.aggregators
+                for lo, hi in taken.get(a.switch, ())
+            )
+
+        movers = sorted(j for j, (_, jp) in moves.items() if j not in stay)
+        if not any(clashes(moves[j][1]) for j in movers):
+            return
+        log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
+        again = self.svc.compute(view, movers, unplaceable={})
+        for jid in movers:
+            if jid not in again:  # no room around the kept pools: it stays as it is
+                del moves[jid]
+                continue
+            strat, placement = again[jid]
+            jp = next(p for p in placement.jobs if p.job_id == jid)
+            cur = self.svc.store.current(jid)
+            job = self.svc.store.job(jid)
+            assert job is not None
+            if (
+                cur
+                and cur["status"] == "applied"
+                and not self.svc._worth_moving(
+                    view, job, cur["placement"], jp.model_dump(mode="json")
+                )
+            ):
+                del moves[jid]
+                kept.append(jid)
+            else:
+                moves[jid] = (strat, jp)
+
+    def worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
+        """Whether the new placement's predicted CCT is `min_improvement` (and at least
+        `min_improvement_s`) below the applied one's, both judged alone on this view's link
+        state; a placement that no longer fits the fabric is always left."""
+        inst = self.svc._instance(view, [job])
+        net = Network.from_instance(inst)
+        spec = inst.jobs[0]
+
+        def cct(doc: dict) -> float | None:
+            aggs = {a["switch"] for a in doc["aggregators"]}
+            return cct_of(net, spec, doc["worker_paths"], aggs)
+
+        before, after = cct(old), cct(new)
+        if before is None or after is None:
+            return True
+        move = after < before * (1.0 - self.svc.s.min_improvement) and (
+            before - after >= self.svc.s.min_improvement_s
+        )
+        if move:
+            log.info(
+                "moving job %s: predicted CCT %.4f s -> %.4f s on this view's link state "
+                "(aggregators %s -> %s)",
+                job["id"], before, after,
+                [a["switch"] for a in old["aggregators"]],
+                [a["switch"] for a in new["aggregators"]],
+            )  # fmt: skip
+        return move
+
+    def start(self) -> None:
+        if self.svc.s.reoptimize_period_s <= 0 or self._thread:
+            return
+        self._thread = threading.Thread(target=self._run, name="reoptimize", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self.svc._stop.is_set():
+            self._wake.wait(self.svc.s.reoptimize_period_s)
+            self._wake.clear()
+            if self.svc._stop.is_set():
+                break
+            if not self.svc.lease.leading:
+                continue
+            try:
+                self.step()
+            except Exception as e:  # the loop must survive ONOS or InfluxDB outages
+                log.warning("re-optimisation skipped: %s", e)
+                self.svc._count("loop_errors")
+
+    def stop(self) -> None:
+        self._wake.set()
+        if self._thread:
+            self._thread.join(10)
+            self._thread = None
