@@ -304,3 +304,19 @@ class OnosServer:
     def karaf_log(self) -> str:
         logs = sorted(self.home.glob("apache-karaf-*/data/log/karaf.log"))
         return logs[-1].read_text(errors="replace") if logs else ""
+
+    def cli(self, command: str, timeout_s: float = 120.0) -> str:
+        """One command of ONOS's Karaf shell (port 8101) through Karaf's own `bin/client`,
+        e.g. `null-device device:spine1 down`. Raises with the output if it fails."""
+        clients = sorted(self.home.glob("apache-karaf-*/bin/client"))
+        if not clients:
+            raise FileNotFoundError(f"no Karaf client under {self.home}")
+        env = {**os.environ, "JAVA_HOME": str(default_java_home())}
+        r = subprocess.run(
+            [str(clients[-1]), "-r", "20", "-d", "3", "-u", "onos", "-p", "rocks", command],
+            env=env, capture_output=True, text=True, timeout=timeout_s,
+        )  # fmt: skip
+        out = r.stdout + r.stderr
+        if r.returncode != 0 or "Error executing command" in out:
+            raise RuntimeError(f"ONOS shell {command!r}: exit {r.returncode}: {out[-500:]}")
+        return out
