@@ -7,6 +7,7 @@ ONOS and InfluxDB calls never run on the event loop.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import secrets
 import threading
@@ -220,6 +221,13 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def _loopback_ip(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:  # a name, not an address: `127.0.0.1.evil.example` is no loopback
+        return False
+
+
 class LoopbackHost:
     """ASGI middleware for a service without an API token (it then listens on loopback
     only): a request whose Host is not a loopback name is refused (421). A web page whose
@@ -243,7 +251,7 @@ class LoopbackHost:
             name = raw.split(":", 1)[0]
         else:
             name = raw
-        if name in self.allowed or name.startswith("127."):
+        if name in self.allowed or _loopback_ip(name):
             await self.app(scope, receive, send)
             return
         refused = JSONResponse(
