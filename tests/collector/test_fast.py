@@ -216,3 +216,31 @@ def test_flow_words_round_trip() -> None:
         Flow(bytes(range(16)), bytes([0xFF] * 16), 6, 1, 2),
     ):
         assert fast._flow_of(np.array(fast._flow_words(f), np.int64)) == f
+
+
+def test_lost_per_switch_survives_the_receive_loop_writing_meanwhile() -> None:
+    """The receive loop runs compiled without the GIL while the snapshot thread reads the
+    loss counters: np.nonzero on the live column raised (issue 29), which killed the
+    snapshot thread and froze /metrics. A nogil writer flips the column here meanwhile."""
+    import threading
+
+    import numba
+
+    ff = fast.FastFabric(load_settings(None))
+    ti = ff.ti
+
+    @numba.njit(nogil=True, cache=False)
+    def flip(ti: np.ndarray, col: int, rounds: int) -> None:
+        for k in range(rounds):
+            for r in range(ti.shape[0]):
+                ti[r, col] = (r + k) % 2
+
+    flip(ti, fast.T_USED, 1)  # compiled before the race
+    t = threading.Thread(target=lambda: flip(ti, fast.T_USED, 20_000), daemon=True)
+    t.start()
+    calls = 0
+    while t.is_alive() and calls < 20_000:
+        ff.lost_per_switch()
+        calls += 1
+    t.join(120)
+    assert calls > 10

@@ -1315,11 +1315,14 @@ class FastFabric:
                 "links_pending": int(c[C_PENDING])}  # fmt: skip
 
     def lost_per_switch(self) -> dict[str, int]:
-        ti = self.ti
+        # A copy first: the receive loop (compiled, without the GIL) writes these columns
+        # meanwhile, and np.nonzero on the live column raised "number of non-zero array
+        # elements changed during function execution", which killed the snapshot thread.
+        ti = self.ti[:, [T_USED, T_NODE, T_LOST]].copy()
         out: dict[str, int] = {}
-        for r in np.nonzero(ti[:, T_USED])[0]:
-            node = str(int(ti[r, T_NODE]))
-            out[node] = out.get(node, 0) + int(ti[r, T_LOST])
+        for r in np.nonzero(ti[:, 0])[0]:
+            node = str(int(ti[r, 1]))
+            out[node] = out.get(node, 0) + int(ti[r, 2])
         return out
 
     def link_keys(self) -> set[tuple[int, int, int | None]]:

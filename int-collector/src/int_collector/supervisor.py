@@ -101,7 +101,11 @@ def _worker_main(
     lock = threading.Lock()
 
     def report(final: bool = False) -> bool:
-        snap = c.snapshot()
+        try:
+            snap = c.snapshot()
+        except Exception:  # a bookkeeping bug must not stop the reports (nor the checks)
+            log.exception("snapshot failed")
+            return True
         snap["final"] = final
         try:
             with lock:
