@@ -26,6 +26,7 @@ from typing import Any
 
 from agg_agent.p4names import TC_CLASSES
 from agg_optimizer.service import onosd
+from int_collector import children
 from p4 import bmv2
 
 PIPECONF = "org.innetagg.bmv2"
@@ -168,7 +169,11 @@ class Fabric:
         log = open(  # noqa: SIM115 - owned by the process
             (self.log_dir / f"{sw.name}.log") if self.log_dir else os.devnull, "ab"
         )
-        sw.proc = subprocess.Popen(
+        # Its own session, as ONOS, the collector and the service have (children.spawn): a
+        # session is a scheduler autogroup, and in pytest's the switches shared theirs with
+        # whatever busy process the invoking shell started beside pytest (docs/e2e.md,
+        # "Beside two busy loops").
+        sw.proc = children.spawn(
             [
                 *(binary, "--no-p4", "--device-id", "1", "--thrift-port", str(sw.thrift)),
                 # no per-packet log: at bmv2's default level (trace) every packet's lines
@@ -312,9 +317,8 @@ class Fabric:
         """A process in host `host`'s namespace (this interpreter for argv[0] == "python")."""
         if argv and argv[0] == "python":
             argv = [sys.executable, *argv[1:]]
-        return subprocess.Popen(  # type: ignore[call-overload]
-            ["ip", "netns", "exec", self.ns(host), *argv], text=True, **kw
-        )
+        # its own session (scheduler autogroup), as the switches' (`_launch`)
+        return children.spawn(["ip", "netns", "exec", self.ns(host), *argv], text=True, **kw)
 
     def stop(self) -> None:
         for sw in self.switches.values():
