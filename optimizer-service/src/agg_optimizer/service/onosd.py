@@ -94,6 +94,21 @@ def missing() -> str | None:
     return None
 
 
+NO_MASTER = "There is no master for available device "
+
+
+def _masterless(r: requests.Response) -> str | None:
+    """The device of ONOS's 500 "There is no master for available device <id>", or None."""
+    if r.status_code != 500 or NO_MASTER not in r.text:
+        return None
+    try:
+        message = str(r.json().get("message", ""))
+    except ValueError:
+        return None
+    _, found, device = message.partition(NO_MASTER)
+    return device.strip() or None if found else None
+
+
 class OnosNotReady(RuntimeError):
     """ONOS did not become ready in time, or exited; carries the log's tail."""
 
@@ -268,8 +283,30 @@ class OnosServer:
 
     def get(self, path: str) -> dict:
         r = self.request("GET", path)
+        device = _masterless(r)
+        if device is not None:
+            self.renew_mastership(device)
+            r = self.request("GET", path)
         r.raise_for_status()
         return r.json()
+
+    def renew_mastership(self, device: str, timeout_s: float = 30.0) -> None:
+        """Give up this node's role for `device` and ask for it again. ONOS 2.7's periodic
+        role check sometimes gets no answer from a bmv2 in time ("Failed to assert role ...
+        no response"), gives the role up and takes it again; once in a while ("Inconsistent
+        mastership info") its flow store is left without a master for the device while the
+        mastership service says MASTER, and every `GET /flows/{device}` answers 500 "There is
+        no master for available device" for good (3 min in one run, without a CPU stall). A new term
+        (relinquish, then request) is taken by the flow store: answered 200 within 3 s."""
+        self.request("GET", f"/mastership/{device}/relinquish")
+
+        def mastered() -> bool:
+            r = self.request("GET", f"/mastership/{device}/request")
+            if r.status_code != 200 or r.json().get("role") != "MASTER":
+                return False
+            return _masterless(self.request("GET", f"/flows/{device}")) is None
+
+        wait_for(mastered, timeout_s, f"{device} mastered again after relinquishing it")
 
     def fast_readback(self, seconds: int = 2) -> None:
         """ONOS learns that a P4Runtime switch holds an entry or group (ADDED) or dropped it
