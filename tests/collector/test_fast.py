@@ -244,3 +244,22 @@ def test_lost_per_switch_survives_the_receive_loop_writing_meanwhile() -> None:
         calls += 1
     t.join(120)
     assert calls > 10
+
+
+@pytest.mark.parametrize("reports", [64, 65, 200, 1000])
+def test_many_reports_in_a_datagram_stay_on_the_compiled_path(reports: int) -> None:
+    """A 65th report used to send the whole datagram to the Python decoder (issue 29: 37%
+    lost at 65 a datagram)."""
+    import struct
+
+    from int_collector.wire import individual_report_v2, int_md_v2, udp_int_packet
+
+    flow = Flow(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 17, 1000, 5000)
+    one = individual_report_v2(udp_int_packet(flow, int_md_v2(0x8000, [Hop(node_id=7)])))
+    data = struct.pack(">II", (2 << 28) | 5, 7) + one * reports
+    assert len(data) <= 65507, len(data)
+    ff = fast.FastFabric(load_settings(None))
+    H = np.zeros((4096, 7), np.uint64)
+    out = np.zeros((reports, 25), np.int64)
+    assert fast.decode_common(_as_array(data), len(data), ff.udp_ports, ff.pi, H, out) == reports
+    assert Decoder(fast=False).decode(data) and len(Decoder(fast=False).decode(data)) == reports
