@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 # States under which ONOS holds (or is about to hold) an intent we submitted.
 LIVE = ("INSTALLED", "INSTALLING", "COMPILING", "INSTALL_REQ")
+# ONOS holds the intent but cannot install it (no path meets its waypoints: a switch or a
+# link on it left); ONOS 2.7 says CORRUPT when a device of it went away. Re-placing the job
+# is the control loop's work, not reconcile's: submitting it again changes nothing.
+STUCK = ("FAILED", "CORRUPT")
 
 
 class Killed(BaseException):
@@ -65,6 +69,7 @@ class Repairs:
     deleted: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
     failed: list[IntentResult] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # job -> what ONOS refused
 
 
 class Partial(RuntimeError):
@@ -152,7 +157,7 @@ class Applier:
                 self.fault("intent-submitted")
                 self.store.confirm_intent(key, intent_digest(bodies[key]))
                 self.fault("intent-confirmed")
-            states = self.onos.wait_installed(submit, self.s.intent_wait_s)
+            states = self.onos.wait_installed(submit, self.s.intent_wait_s, bodies=bodies)
             self.fault("intents-waited")
             every = self.store.owned()
             mine = {k for k, (j, _) in every.items() if j == jid}
@@ -236,7 +241,11 @@ class Applier:
             if why is None:
                 continue
             log.warning("reconcile: job %s differs from its desired state (%s)", jid, why)
-            res = self.converge(jid)
+            try:
+                res = self.converge(jid)
+            except OnosError as e:  # this job's trouble (a device gone): the others go on
+                out.errors[jid] = str(e)
+                continue
             out.repaired.append(jid)
             out.resubmitted += res.changes["submit"]
             out.removed += res.changes["delete"]
@@ -279,7 +288,7 @@ class Applier:
             return None  # failed placements are the control loop's to re-place
         owned = self.store.intents(jid)
         for key, body in d["bodies"].items():
-            if in_onos.get(key) not in (*LIVE, "FAILED"):
+            if in_onos.get(key) not in (*LIVE, *STUCK):
                 return f"intent {key} is {in_onos.get(key) or 'missing'} in ONOS"
             if owned.get(key, ("", ""))[1] != intent_digest(body):
                 return f"intent {key} was not confirmed with its desired body"

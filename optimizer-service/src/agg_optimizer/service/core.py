@@ -821,6 +821,7 @@ class Service:
             "deleted": r.deleted,
             "foreign": r.foreign,
             "failed": [s.__dict__ for s in r.failed],
+            "errors": r.errors,
         }
 
     # --- control loop (loop.py) ----------------------------------------------------------

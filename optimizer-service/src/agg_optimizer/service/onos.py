@@ -118,11 +118,17 @@ class OnosClient:
 
     # --- transport ------------------------------------------------------------------------
 
-    def _request(self, method: str, url: str, **kw: Any) -> requests.Response:
+    def _request(
+        self, method: str, url: str, *, app_errors: bool = False, **kw: Any
+    ) -> requests.Response:
+        """`app_errors`: a 503 that carries a JSON message is the app's answer about the
+        request (a device of the document not available), returned, not an outage."""
         try:
             r = self.session.request(method, url, timeout=self.timeout, **kw)
         except requests.RequestException as e:
             raise OnosUnavailable(f"ONOS at {self.root} unreachable: {type(e).__name__}") from None
+        if app_errors and r.status_code == 503 and _json_message(r):
+            return r
         if r.status_code >= 500:
             raise OnosUnavailable(f"ONOS at {self.root} answered {r.status_code}")
         if r.status_code == 401:
@@ -219,27 +225,51 @@ class OnosClient:
             raise OnosError(r.status_code, _message(r))
 
     def intent_state(self, key: str) -> str | None:
+        return self.intent(key)[0]
+
+    def intent(self, key: str) -> tuple[str | None, list[Any] | None]:
+        """The intent's state and the constraints ONOS holds for it (None if not said)."""
         r = self._request("GET", f"{self.base}/intents/{quote(self.app_id)}/{quote(key)}")
         if r.status_code == 404 or _unknown_string_key(r):
-            return None
+            return None, None
         if r.status_code != 200:
             raise OnosError(r.status_code, _message(r))
-        return r.json().get("state")
+        doc = r.json()
+        return doc.get("state"), doc.get("constraints")
 
     def wait_installed(
-        self, keys: list[str], timeout_s: float, unknown_grace_s: float = 5.0
+        self,
+        keys: list[str],
+        timeout_s: float,
+        unknown_grace_s: float = 5.0,
+        bodies: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[IntentResult]:
-        """Poll until every key is INSTALLED, FAILED or WITHDRAWN. ONOS answers a submission
-        before its intent store holds the intent, so a key it does not know yet stays pending
-        for `unknown_grace_s` before it is reported MISSING."""
+        """Poll until every key is INSTALLED, FAILED, CORRUPT or WITHDRAWN. ONOS answers a
+        submission before its intent store holds the intent, so a key it does not know yet
+        stays pending for `unknown_grace_s` before it is reported MISSING; and a key it knew
+        answers with the old intent's state meanwhile (a CORRUPT one through a switch that
+        left, when the new one goes around it): with `bodies`, a state counts only once
+        ONOS holds the submitted constraints (ONOS 2.7 says them), else only after the
+        grace unless it is INSTALLED."""
         pending = set(keys)
         results: dict[str, IntentResult] = {}
+        last: dict[str, str | None] = {}
         start = time.monotonic()
         deadline = start + timeout_s
         while pending:
             grace_over = time.monotonic() - start >= min(unknown_grace_s, timeout_s)
             for key in sorted(pending):
-                state = self.intent_state(key)
+                state, held = self.intent(key)
+                last[key] = state
+                if bodies is not None and key in bodies and state is not None:
+                    want = list(bodies[key].get("constraints", []))
+                    if held is not None and held != want:
+                        continue  # still the old intent
+                    if held is None and state != "INSTALLED" and not grace_over:
+                        continue
+                # CORRUPT: ONOS failed to install it and retries (its IntentCleanup
+                # resubmits such intents): seen on a resubmitted key whose old path lost a
+                # switch, INSTALLED a few seconds later. Final only at the deadline.
                 if state in ("INSTALLED", "FAILED", "WITHDRAWN") or (state is None and grace_over):
                     reason = None
                     if state == "FAILED":
@@ -252,7 +282,9 @@ class OnosClient:
                 break
             time.sleep(0.2)
         for key in pending:
-            results[key] = IntentResult(key, "TIMEOUT", f"not INSTALLED within {timeout_s} s")
+            state = last.get(key)
+            why = f"not INSTALLED within {timeout_s} s" + (f" ({state})" if state else "")
+            results[key] = IntentResult(key, state if state == "CORRUPT" else "TIMEOUT", why)
         return [results[k] for k in keys]
 
     def delete_intent(self, key: str) -> None:
@@ -289,7 +321,7 @@ class _JobResource:
 
     def _post_doc(self, job_id: str, body: dict[str, Any]) -> tuple[str, Any]:
         """`_post`, with the document ONOS answered (None when it sent none)."""
-        r = self.client._request("POST", self._url(job_id), json=body)
+        r = self.client._request("POST", self._url(job_id), json=body, app_errors=True)
         if r.status_code == 404:
             return "app-not-installed", None
         if r.status_code not in (200, 201, 204):
@@ -350,6 +382,14 @@ def _unknown_string_key(r: requests.Response) -> bool:
     `Long.decode(key)`: an unknown non-numeric key (all of ours) answers 400 with the
     NumberFormatException's "For input string", not 404."""
     return r.status_code == 400 and "For input string" in _message(r)
+
+
+def _json_message(r: requests.Response) -> str | None:
+    try:
+        body = r.json()
+    except ValueError:
+        return None
+    return str(body["message"]) if isinstance(body, dict) and "message" in body else None
 
 
 def _message(r: requests.Response) -> str:

@@ -362,15 +362,19 @@ class OnosRest:
             if method == "GET":
                 if key not in self.intents:
                     return 404, {"code": 404, "message": "Intent is not found"}
-                return 200, self._encode(key, self.intents[key])
+                return 200, self._encode(key, self.intents[key], full=True)
             if self.intents.pop(key, None) is not None:
                 self._changes.append(("withdraw", key[1], None))
             self.unseen.pop(key, None)
             return 204, None
         return 404, {"code": 404, "message": "HTTP 404 Not Found"}
 
-    def _encode(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
-        return {
+    def _encode(
+        self, key: tuple[str, str], body: dict[str, Any], full: bool = False
+    ) -> dict[str, Any]:
+        """As IntentCodec: the list gives the common fields; one intent by key also its
+        PointToPointIntentCodec fields (selector, priority, constraints, points)."""
+        out = {
             "type": body["type"],
             "id": hex(abs(hash(key)) % (1 << 32)),
             "key": key[1],
@@ -378,6 +382,12 @@ class OnosRest:
             "resources": [],
             "state": self._state(body),
         }
+        if full:
+            for k in ("selector", "priority", "constraints", "ingressPoint", "egressPoint"):
+                if k in body:
+                    out[k] = body[k]
+            out.setdefault("constraints", [])
+        return out
 
     def _state(self, body: dict[str, Any]) -> str:
         g = nx.Graph()
