@@ -114,6 +114,7 @@ def fabric(
 ) -> Iterator[Callable[[str], tuple[TestClient, Service]]]:
     """`open(db_name)`: a service on its own database; everything is deleted after."""
     opened: list[tuple[TestClient, Service]] = []
+    links = len(onos_real.get("/links")["links"])
 
     def open_(name: str) -> tuple[TestClient, Service]:
         s = real_onos_settings(view_max_age_s=0)
@@ -129,6 +130,10 @@ def fabric(
     for d in onos_real.get("/devices")["devices"]:
         if not d.get("available", True):
             onos_real.cli(f"null-device {d['id']} up")
+    # A device back is not yet its links back: the next tests need the whole fabric.
+    onosd.wait_for(
+        lambda: len(onos_real.get("/links")["links"]) >= links, WAIT_S, "every link back"
+    )
     s = real_onos_settings()
     c, svc = open_service(s.model_copy(update={"db_path": s.db_path.parent / "cleanup"}))
     for key in ours(onos_real):
