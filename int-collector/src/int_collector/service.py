@@ -37,6 +37,7 @@ MAX_DATAGRAM = 65535
 # On stop, datagrams already queued in the socket are read for at most this long.
 DRAIN_NS = 2_000_000_000
 
+
 class Collector:
     """One receiving process: socket, decoder, fabric state, writer, HTTP endpoint."""
 
