@@ -137,6 +137,8 @@ class Settings(BaseSettings):
     @field_validator("api_token")
     @classmethod
     def _token_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and v.get_secret_value() == "":
+            return None  # unset (compose passes an empty one to mean: use the token file)
         if v is not None and not v.get_secret_value().strip():
             raise ValueError(
                 "blank (empty or whitespace): unset it to run on loopback without a token, "
