@@ -148,6 +148,13 @@ def fabric(
     onosd.wait_for(lambda: not ours(onos_real), WAIT_S, "our intents withdrawn")
 
 
+@pytest.mark.skipif(
+    not os.environ.get("INNET_AGG_ONOS_NULL_DEVICE"),
+    reason="`null-device <id> up` does not always bring the null switch's links back in ONOS "
+    "2.7 (seen in 2 of 5 runs), which leaves the session's fabric without paths for the "
+    "tests after it; a real switch leaving is tested on bmv2 (tests/e2e/"
+    "test_switch_leaves.py). INNET_AGG_ONOS_NULL_DEVICE=1 runs it",
+)
 def test_a_spine_that_leaves_is_routed_around_by_one_loop_pass(
     onos_real: onosd.OnosServer, fabric: Callable[[str], tuple[TestClient, Service]]
 ) -> None:

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..documents import Instance, Job, Placement, SlotPool, Telemetry, Topology
+from ..documents import Instance, Job, JobPlacement, Placement, SlotPool, Telemetry, Topology
 from ..engine import STRATEGIES, solve
 from ..pools import PoolAllocator
 from ..validation import InstanceError, check_instance
@@ -642,30 +642,33 @@ class Service:
         if dry_run:
             return self._plan(view, job_ids)
         with self.apply_lock:
-            unplaceable: dict[str, str] = {}
-            computed = self.compute(view, job_ids, unplaceable=unplaceable)
-            results = self._unplaceable(job_ids, unplaceable, computed)
-            for jid in sorted(computed):
-                strat, placement = computed[jid]
-                jp = next(p for p in placement.jobs if p.job_id == jid)
-                job = self.store.job(jid)
-                if job is None:  # deleted since the solve began
-                    continue
+            results, placed = self._computed(view, job_ids)
+            for job, strat, jp in placed:
                 results.append(self._apply(view, job, strat, jp, trigger))
         return results
+
+    def _computed(
+        self, view: View, job_ids: list[str] | None
+    ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str, JobPlacement]]]:
+        """The results of the jobs left out, and (job, strategy, placement) of the others,
+        in job order (a job deleted since the solve began is skipped)."""
+        unplaceable: dict[str, str] = {}
+        computed = self.compute(view, job_ids, unplaceable=unplaceable)
+        results = self._unplaceable(job_ids, unplaceable, computed)
+        placed = []
+        for jid in sorted(computed):
+            strat, placement = computed[jid]
+            job = self.store.job(jid)
+            if job is not None:
+                placed.append((job, strat, next(p for p in placement.jobs if p.job_id == jid)))
+        return results, placed
 
     def _plan(self, view: View, job_ids: list[str] | None) -> list[dict[str, Any]]:
         """A dry run: computed on the store as it is, outside the apply lock (an apply in
         progress never delays it; its job counts with the pools it may hold)."""
-        unplaceable: dict[str, str] = {}
-        computed = self.compute(view, job_ids, unplaceable=unplaceable)
-        results = self._unplaceable(job_ids, unplaceable, computed)
-        for jid in sorted(computed):
-            strat, placement = computed[jid]
-            jp = next(p for p in placement.jobs if p.job_id == jid)
-            job = self.store.job(jid)
-            if job is None:
-                continue
+        results, placed = self._computed(view, job_ids)
+        for job, strat, jp in placed:
+            jid = job["id"]
             bodies = self.onos.intent_bodies(jp, view.hosts, job["ps"])
             results.append(
                 {
@@ -845,15 +848,13 @@ class Service:
 
 
 def _diff(
-    bodies: dict[str, dict[str, Any]],
-    stored: dict[str, tuple[str, str]],
-    in_onos: dict[str, str] | None = None,
+    bodies: dict[str, dict[str, Any]], stored: dict[str, tuple[str, str]]
 ) -> dict[str, list[str]]:
+    """What applying `bodies` would change, against the intents the store owns."""
     submit, unchanged = [], []
     for key, body in sorted(bodies.items()):
         same = key in stored and stored[key][1] == intent_digest(body)
-        present = in_onos is None or in_onos.get(key) in ("INSTALLED", "INSTALLING", "COMPILING")
-        (unchanged if same and present else submit).append(key)
+        (unchanged if same else submit).append(key)
     delete = sorted(k for k in stored if k not in bodies)
     return {"submit": submit, "unchanged": unchanged, "delete": delete}
 

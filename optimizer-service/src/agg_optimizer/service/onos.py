@@ -224,9 +224,6 @@ class OnosClient:
         if r.status_code not in (200, 201):
             raise OnosError(r.status_code, _message(r))
 
-    def intent_state(self, key: str) -> str | None:
-        return self.intent(key)[0]
-
     def intent(self, key: str) -> tuple[str | None, list[Any] | None]:
         """The intent's state and the constraints ONOS holds for it (None if not said)."""
         r = self._request("GET", f"{self.base}/intents/{quote(self.app_id)}/{quote(key)}")

@@ -304,14 +304,6 @@ class Store:
             self.version += 1
             self.db.execute("UPDATE intents SET digest = ? WHERE key = ?", (digest, key))
 
-    def put_intent(self, key: str, job_id: str, digest: str, body: dict[str, Any]) -> None:
-        with self.lock:
-            self.version += 1
-            self.db.execute(
-                "INSERT OR REPLACE INTO intents VALUES (?, ?, ?, ?, 0)",
-                (key, job_id, digest, json.dumps(body)),
-            )
-
     def retire_intent(self, key: str) -> None:
         """Before withdrawing: still ours (reconcile withdraws it), no longer wanted."""
         with self.lock:

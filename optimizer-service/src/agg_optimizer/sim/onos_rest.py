@@ -245,17 +245,25 @@ class OnosRest:
             return _bad(400, f"job: '{job}' does not match {JOB_ID.pattern}")
         if not isinstance(body, dict):
             return _bad(400, "body: a placement document (JSON object) expected")
-        number = self.job_numbers.get(job)
+        number = self._job_number(job)
         if number is None:
-            free = sorted(set(range(JOB_NUMBERS)) - set(self.job_numbers.values()))
-            if not free:
-                return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
-            number = self.job_numbers[job] = free[0]
+            return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
         new = job not in self.aggregation
         doc = {**body, "p4_job_id": number}
         self.aggregation[job] = doc
         self._changes.append(("aggregation", job, doc))
         return (201 if new else 200), doc
+
+    def _job_number(self, job: str) -> int | None:
+        """JobNumberRegistry: the job's number, the lowest free one if it has none, None
+        when all are taken. Both resources share it; it is freed when neither holds the job."""
+        number = self.job_numbers.get(job)
+        if number is None:
+            free = sorted(set(range(JOB_NUMBERS)) - set(self.job_numbers.values()))
+            if not free:
+                return None
+            number = self.job_numbers[job] = free[0]
+        return number
 
     def _priority(self, method: str, job: str, body: Any) -> tuple[int, Any]:
         """The app's checks in the app's order, with its statuses and messages; the posted
@@ -318,12 +326,9 @@ class OnosRest:
                 if not devices[sw].get("available", True):
                     return _bad(503, f"switches[{i}]: device '{sw}' is not available")
             switches = list(listed)
-        number = self.job_numbers.get(job)
+        number = self._job_number(job)
         if number is None:
-            free = sorted(set(range(JOB_NUMBERS)) - set(self.job_numbers.values()))
-            if not free:
-                return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
-            number = self.job_numbers[job] = free[0]
+            return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
         new = job not in self.priority
         doc = {**body, "switches": switches, "p4_job_id": number}
         self.priority[job] = doc
