@@ -124,9 +124,14 @@ def generate(
     except KeyboardInterrupt:
         return
     if fast:
-        from .blast import LAST_CPU_S
+        from .blast import LAST_CPU_S, LAST_ELAPSED_S
 
-        typer.echo(f"sent {sent} reports, {LAST_CPU_S:.2f} s of CPU while sending", err=True)
+        per_s = sent / max(LAST_ELAPSED_S, 1e-9)
+        typer.echo(
+            f"sent {sent} reports in {LAST_ELAPSED_S:.2f} s ({per_s:.0f}/s), "
+            f"{LAST_CPU_S:.2f} s of CPU while sending",
+            err=True,
+        )
     else:
         typer.echo(f"sent {sent} reports", err=True)
 
