@@ -146,8 +146,17 @@ def _batches(data: list[bytes], rng: random.Random) -> Iterator[list[bytes]]:
         {"allowed_switches": [3, 4, 5, 6, 7, 8, 9, 10]},
         {"int_udp_ports": [5000], "int_dscp": None, "aggregation_udp_port": 5000},
         {"tx_utilization_full_scale": 7.0, "v1_sink_hop_is_mirror": False, "keepalive_s": 0.35},
+        {"max_flows": 50, "max_flow_points": 3, "max_unwritten_s": 1.0},
     ],
-    ids=["defaults", "no-filter", "small-tables", "allow-list", "udp-marking", "units"],
+    ids=[
+        "defaults",
+        "no-filter",
+        "small-tables",
+        "allow-list",
+        "udp-marking",
+        "units",
+        "flow-budget",
+    ],
 )
 def test_compiled_state_gives_the_reference_points(overrides: dict) -> None:
     """The same datagrams, in batches, through the compiled path (with the Python decoder
@@ -185,7 +194,8 @@ def test_compiled_state_gives_the_reference_points(overrides: dict) -> None:
     )
     assert compiled > 1000
     assert ff_dropped == ref_dropped and ff_dec.skipped == ref_dec.skipped
-    for name in ("hops_unattributed", "hops_implausible", "links_full", "lost_total"):
+    for name in ("hops_unattributed", "hops_implausible", "links_full", "lost_total",
+                 "flows_evicted", "flows_evicted_unwritten"):  # fmt: skip
         assert getattr(ff, name) == getattr(ref, name), name
     assert ff.counts() == ref.counts() and ff.link_keys() == ref.link_keys()
     assert ff.lost_per_switch() == ref.lost_per_switch()

@@ -71,7 +71,7 @@ def test_links_are_bounded() -> None:
 
 def test_change_detection_writes_on_change_and_keepalive_only() -> None:
     f = fabric(ewma_alpha=1.0, latency_threshold_ns=500, relative_threshold=0.0,
-               queue_threshold=1000, keepalive_s=10)  # fmt: skip
+               queue_threshold=1000, keepalive_s=10, max_unwritten_s=10)  # fmt: skip
     t = 1000.0
     f.observe(report(1, 0, [hop(1, 1, 1000, 0)]), 1)
     assert [p.measurement for p in f.due_points(t)] == ["int_link", "int_flow", "int_reports"]
@@ -86,6 +86,61 @@ def test_change_detection_writes_on_change_and_keepalive_only() -> None:
     assert [p for p in f.due_points(t + 6) if p.measurement == "int_link"] == []
     (p,) = [p for p in f.due_points(t + 15.1) if p.measurement == "int_link"]  # keep-alive
     assert p.fields["samples"] == 1
+
+
+def _both(compiled: bool, **kw: object) -> Fabric:
+    if not compiled:
+        return fabric(**kw)
+    from int_collector.fast import FastFabric
+
+    kw.setdefault("link_min_reports", 1)
+    return FastFabric(load_settings(None, **kw))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+def test_counts_are_written_within_max_unwritten_s_whatever_the_thresholds(
+    compiled: bool,
+) -> None:
+    """A steady link (nothing past a threshold) still has its hops written each tick, so a
+    SIGKILL loses at most a tick of them; before, up to keepalive_s (30 s)."""
+    f = _both(
+        compiled, ewma_alpha=1.0, latency_threshold_ns=500, relative_threshold=0.0,
+        queue_threshold=1000, tick_s=0.2,
+    )  # fmt: skip
+    assert f.s.max_unwritten_s == 0.2 and f.s.keepalive_s == 30
+    t = 1000.0
+    written = {"int_link": 0, "int_reports": 0}
+    for i in range(50):
+        f.observe(report(1, i, [hop(1, 1, 1000, 0)]), 1)
+        t += 0.2 - 1e-6  # ticks a hair early on the wall clock still write
+        pts = f.due_points(t)
+        for p in pts:
+            if p.measurement == "int_link":
+                assert p.fields["samples"] == 1
+                written["int_link"] += 1
+            elif p.measurement == "int_reports":
+                assert p.fields["received"] == i + 1
+                written["int_reports"] += 1
+        assert f.due_points(t) == []  # nothing left unwritten after a tick
+    assert written == {"int_link": 50, "int_reports": 50}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+def test_flow_points_per_tick_are_bounded_and_evictions_counted(compiled: bool) -> None:
+    """More new flows than max_flows, each one report: at most max_flow_points int_flow
+    points a tick (oldest news first), the evicted ones counted, unwritten or not."""
+    f = _both(compiled, max_flows=100, max_flow_points=30)
+    t = 1000.0
+    for k in range(250):
+        fl = Flow(bytes([10, 0, k // 256, k % 256]), bytes([10, 1, 0, 1]), 17, 1000 + k, 5000)
+        f.observe(report(1, k, [hop(1, 1, 1000, 0)], flow=fl), 1)
+    flows = [p for p in f.due_points(t) if p.measurement == "int_flow"]
+    assert len(flows) == 30
+    assert flows[0].fields["flow"] == "10.0.0.150:1150>10.1.0.1:5000/17"  # the oldest kept
+    assert f.flows_evicted == 150 and f.flows_evicted_unwritten == 150
+    assert len([p for p in f.due_points(t + 0.2) if p.measurement == "int_flow"]) == 30
+    rest = [p for p in f.due_points(t + 0.4, force=True) if p.measurement == "int_flow"]
+    assert len(rest) == 40  # force (shutdown) writes every flow with news
 
 
 def test_point_times_are_unique_and_increasing() -> None:

@@ -31,6 +31,9 @@ COUNTER_HELP = {
     "hops_implausible": "Hops not kept: node not in allowed_switches, or a link that "
     "link_min_reports distinct datagrams never confirmed",
     "links_over_limit": "Hops or switches not tracked: max_links reached",
+    "flows_evicted": "Flows dropped from the LRU of max_flows for a newer one",
+    "flows_evicted_unwritten": "Flows dropped from the LRU before their news was written "
+    "(more active flows than max_flows, or more new ones a tick than max_flow_points)",
 }
 GAUGE_HELP = {
     "points_buffered": "Points waiting for InfluxDB",
@@ -139,7 +142,10 @@ class _Metrics(PromCollector):
         yield GaugeMetricFamily(
             p + "links_pending", GAUGE_HELP["links_pending"], g["links_pending"]
         )
-        for name in ("hops_unattributed", "hops_implausible", "links_over_limit"):
+        for name in (
+            "hops_unattributed", "hops_implausible", "links_over_limit", "flows_evicted",
+            "flows_evicted_unwritten",
+        ):  # fmt: skip
             yield CounterMetricFamily(p + name, COUNTER_HELP[name], c[name])
         yield GaugeMetricFamily(p + "workers", "Receiving processes alive", a["workers"])
         yield CounterMetricFamily(

@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from .settings import Settings
-from .state import Point, Rejected, _names_itself
+from .state import Point, Rejected, _names_itself, unwritten_limit
 from .wire import Flow, Report
 
 BATCH = 256  # datagrams per recvmmsg
@@ -73,14 +73,15 @@ WINDOW = 1024  # SequenceTracker's default
 # Counters (int64) ----------------------------------------------------------------------------
 (C_LINKS, C_PENDING, C_PHEAD, C_PTAIL, C_LFREE, C_LINKS_FULL, C_UNATTR, C_IMPLAUS, C_LOST,
  C_SERIAL, C_FRESH, C_FLOWS, C_FHEAD, C_FTAIL, C_FFREE, C_SEQ, C_SEQPEND, C_SHEAD, C_STAIL,
- C_SFREE, C_SWITCHES, C_DECODED, C_BYTES, C_DATAGRAMS, C_REJECTED) = range(25)  # fmt: skip
-NC = 25
+ C_SFREE, C_SWITCHES, C_DECODED, C_BYTES, C_DATAGRAMS, C_REJECTED, C_FEVICT,
+ C_FEVICT_UNW) = range(27)  # fmt: skip
+NC = 27
 
 # Parameters --------------------------------------------------------------------------------
 (P_ALPHA, P_V2_UNIT, P_V1_UNIT, P_TX_FULL, P_SPEED, P_UWINDOW, P_LAT_THR, P_Q_THR, P_U_THR,
- P_REL, P_KEEPALIVE) = range(11)  # fmt: skip
+ P_REL, P_KEEPALIVE, P_UNWRITTEN) = range(12)  # fmt: skip
 (PI_MAX_LINKS, PI_MAX_FLOWS, PI_MAX_PENDING, PI_MIN_REPORTS, PI_FILTERING, PI_AGG_PORT,
- PI_V1_MIRROR, PI_DSCP, PI_DSCP_MASK, PI_ALLOWED) = range(10)  # fmt: skip
+ PI_V1_MIRROR, PI_DSCP, PI_DSCP_MASK, PI_ALLOWED, PI_FLOW_POINTS) = range(11)  # fmt: skip
 
 # Extracted hop columns (uint64), and which of them a layout has
 H_NODE, H_INPORT, H_EGPORT, H_LAT, H_QUEUE, H_ETS, H_TX = range(7)
@@ -583,6 +584,8 @@ def _flow(S, sh, sl, dh, dl, ports, sink, path, npath, latency, now):
             _flow_delete(fht, fi, old)
             fi[old, F_USED] = 0
             c[C_FLOWS] -= 1
+            c[C_FEVICT] += 1
+            c[C_FEVICT_UNW] += fi[old, F_NEWS]
             ffree[c[C_FFREE]] = old
             c[C_FFREE] += 1
     else:
@@ -1044,13 +1047,13 @@ def due_links(S, now, force, out_rows, out_f, out_i):
     lf = S[0]
     li = S[1]
     p = S[17]
-    rel, keepalive = p[P_REL], p[P_KEEPALIVE]
+    rel, counted = p[P_REL], p[P_UNWRITTEN]
     k = 0
     for r in range(li.shape[0]):
         if li[r, LSTATE] != BORN or li[r, SAMPLES] == 0:
             continue
         written = li[r, L_HAS_WRITTEN] == 1
-        if not force and written and now - lf[r, L_WRITTEN_AT] < keepalive:
+        if not force and written and now - lf[r, L_WRITTEN_AT] < counted:
             if not li[r, DIRTY]:
                 continue
             li[r, DIRTY] = 0
@@ -1090,11 +1093,14 @@ def due_flows(S, now, force, out_rows, out_lat):
     c = S[16]
     p = S[17]
     rel, keepalive = p[P_REL], p[P_KEEPALIVE]
+    budget = S[18][PI_FLOW_POINTS]
     k = 0
     r = c[C_FHEAD]
     while r >= 0:
         nxt = fi[r, F_NEXT]
         if fi[r, F_NEWS] and _set_has(sw, fi[r, F_SINK]):
+            if not force and k >= budget:
+                break
             write = True
             if not force and fi[r, F_HAS_WRITTEN] and now - ff[r, F_WRITTEN_AT] < keepalive:
                 if not fi[r, F_DIRTY]:
@@ -1126,7 +1132,7 @@ def due_trackers(S, now, force, out_rows):
     ti = S[10]
     tf = S[11]
     p = S[17]
-    keepalive = p[P_KEEPALIVE]
+    counted = p[P_UNWRITTEN]
     k = 0
     for r in range(ti.shape[0]):
         if not ti[r, T_USED] or ti[r, T_PENDING]:
@@ -1135,7 +1141,7 @@ def due_trackers(S, now, force, out_rows):
             continue
         if (
             not force and ti[r, T_HAS_WRITTEN] and ti[r, T_W_LOST] == ti[r, T_LOST]
-            and now - tf[r, 0] < keepalive
+            and now - tf[r, 0] < counted
         ):  # fmt: skip
             continue
         out_rows[k] = r
@@ -1272,6 +1278,7 @@ class FastFabric:
             s.ewma_alpha, s.v2_time_unit_ns, s.v1_time_unit_ns, s.tx_utilization_full_scale,
             s.link_speed_bps, s.utilization_window_ns, s.latency_threshold_ns,
             s.queue_threshold, s.utilization_threshold, s.relative_threshold, s.keepalive_s,
+            unwritten_limit(s),
         ])  # fmt: skip
         min_reports = s.link_min_reports
         self.pi = np.array([
@@ -1280,7 +1287,7 @@ class FastFabric:
             -1 if s.aggregation_udp_port is None else s.aggregation_udp_port,
             int(s.v1_sink_hop_is_mirror),
             -1 if s.int_dscp is None else s.int_dscp & s.int_dscp_mask, s.int_dscp_mask,
-            int(bool(allowed)),
+            int(bool(allowed)), s.max_flow_points,
         ], np.int64)  # fmt: skip
         self.udp_ports = np.array(sorted(s.int_udp_ports), np.int64)
         self.S = (
@@ -1313,6 +1320,14 @@ class FastFabric:
     @property
     def lost_total(self) -> int:
         return int(self.c[C_LOST])
+
+    @property
+    def flows_evicted(self) -> int:
+        return int(self.c[C_FEVICT])
+
+    @property
+    def flows_evicted_unwritten(self) -> int:
+        return int(self.c[C_FEVICT_UNW])
 
     def counts(self) -> dict[str, int]:
         c = self.c

@@ -170,6 +170,9 @@ class Collector:
                         break
                     ingest(bufs, lens, n, clock(), handle)
                     got += n
+                    # Alive per batch, not per 8192 datagrams: a busy worker on the slow
+                    # path read as not receiving (503) for seconds (issue 29).
+                    self.heartbeat = mono() / 1e9
             except OSError as e:  # pragma: no cover
                 log.warning("receive error: %s", e)
             except Exception:  # pragma: no cover - never lose the loop to a bug
@@ -218,6 +221,7 @@ class Collector:
                     n_batch += 1
                     if not n_batch & 255:
                         now_ns = clock()
+                        self.heartbeat = mono() / 1e9
             except BlockingIOError:
                 pass
             except OSError as e:  # pragma: no cover - e.g. ICMP-induced errors on some stacks
@@ -272,6 +276,8 @@ class Collector:
                 "hops_unattributed": f.hops_unattributed,
                 "hops_implausible": f.hops_implausible,
                 "links_over_limit": f.links_full,
+                "flows_evicted": f.flows_evicted,
+                "flows_evicted_unwritten": f.flows_evicted_unwritten,
             },
             "dropped": {**self.decoder.skipped, **self.dropped},
             "lost": lost,

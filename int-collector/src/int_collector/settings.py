@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     ewma_alpha: float = Field(0.2, gt=0, le=1)
     max_links: int = Field(65536, ge=1)
     max_flows: int = Field(10000, ge=1)
+    # int_flow points written per tick at most (oldest news first; the rest wait for the
+    # next tick): past max_flows active flows every report is a new flow, and a point each
+    # cost the receive loop 4-10x its rate (issue 29). A flow evicted before its point was
+    # written is counted (`flows_evicted_unwritten`).
+    max_flow_points: int = Field(1000, ge=1)
     # Plausibility: what bad input on the report port can create (docs/collector.md). With
     # allowed_switches, datagrams of other reporting nodes are dropped
     # (`switch_not_allowed`) and hops of other nodes make no link. Without it, a link, and
@@ -108,6 +113,11 @@ class Settings(BaseSettings):
     utilization_threshold: float = Field(0.02, ge=0)
     relative_threshold: float = Field(0.1, ge=0)
     keepalive_s: float = Field(30.0, gt=0)
+    # A link or report-sequence series with observations not yet in a point (its `samples`,
+    # `received`) is written within this long whatever the thresholds say: it bounds what
+    # a SIGKILL loses (with keepalive_s alone, up to 30 s of a steady series' hops). Flows
+    # carry no counts and follow the thresholds and keepalive_s.
+    max_unwritten_s: float = Field(0.2, gt=0)
     tick_s: float = Field(0.2, gt=0, le=60)
 
     # InfluxDB (2.x: token, org, bucket; 1.8: token "user:password" or "", org "-",
@@ -118,7 +128,7 @@ class Settings(BaseSettings):
     influx_bucket: str = "telemetry/autogen"
     influx_timeout_s: float = Field(5.0, gt=0)
     batch_size: int = Field(5000, ge=1)
-    flush_interval_s: float = Field(1.0, gt=0)
+    flush_interval_s: float = Field(0.2, gt=0)
     buffer_points: int = Field(100_000, ge=1, description="backlog bound; oldest dropped")
     retry_initial_s: float = Field(0.5, gt=0)
     retry_max_s: float = Field(30.0, gt=0)

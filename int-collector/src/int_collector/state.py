@@ -3,7 +3,9 @@
 Everything here is bounded: links by `max_links`, flows by an LRU of `max_flows`, sequence
 trackers by the link bound. Change detection decides which series are written: a series
 is due when a smoothed value moved by at least max(absolute, relative x last written)
-since its last point, or when `keepalive_s` has passed (docs/telemetry-schema.md).
+since its last point, or when `keepalive_s` has passed; a link or report series with
+observations not yet in a point also once `max_unwritten_s` has passed, so a crash loses
+at most that much of its counts (docs/telemetry-schema.md).
 """
 
 from __future__ import annotations
@@ -189,6 +191,13 @@ def _names_itself(r: Report) -> bool:
     )
 
 
+def unwritten_limit(s: Settings) -> float:
+    """How long a link or report series with news may go unwritten: `max_unwritten_s`
+    (or `keepalive_s` if shorter), less half a tick, so that ticks a hair early on the wall
+    clock still write it at the first tick at or after the limit."""
+    return max(0.0, min(s.keepalive_s, s.max_unwritten_s) - s.tick_s / 2)
+
+
 def _moved(new: float | None, old: float | None, absolute: float, relative: float) -> bool:
     if new is None:
         return False
@@ -238,6 +247,8 @@ class Fabric:
         self.hops_unattributed = 0  # hops without node ID or egress port
         self.hops_implausible = 0  # hops of a node not allowed, or of a link never confirmed
         self.lost_total = 0
+        self.flows_evicted = 0  # flows dropped from the LRU for a newer one
+        self.flows_evicted_unwritten = 0  # ... before their news was in a point
         self._last_time_ns = 0
 
     # Sizes and totals (the same on FastFabric) -------------------------------------------
@@ -515,7 +526,9 @@ class Fabric:
         if fs is None:
             fs = self.flows[flow] = FlowState(sink)
             if len(self.flows) > self.s.max_flows:
-                self.flows.popitem(last=False)
+                old = self.flows.popitem(last=False)[1]
+                self.flows_evicted += 1
+                self.flows_evicted_unwritten += old.news
         else:
             self.flows.move_to_end(flow)
         path.reverse()  # INT stacks are newest first; a path reads source to sink
@@ -551,12 +564,13 @@ class Fabric:
         s = self.s
         rel = s.relative_threshold
         keepalive = s.keepalive_s
+        counted = unwritten_limit(s)
         out: list[Point] = []
         for ls in self.links.values():
             if not ls.samples:
                 continue
             w = ls.written
-            if not force and w is not None and now - ls.written_at < keepalive:
+            if not force and w is not None and now - ls.written_at < counted:
                 if not ls.dirty:
                     continue
                 ls.dirty = False
@@ -575,9 +589,12 @@ class Fabric:
             ls.latency_max = 0.0
             ls.queue_max = 0.0
         switches = self.switches
+        budget = s.max_flow_points
         for flow, fs in self.flows.items():
             if not fs.news or fs.sink not in switches:
                 continue
+            if not force and not budget:
+                break
             w = fs.written
             if not force and w is not None and now - fs.written_at < keepalive:
                 if not fs.dirty:
@@ -594,6 +611,7 @@ class Fabric:
             out.append(
                 Point("int_flow", {"switch": str(fs.sink)}, fields, self._stamp(fs.last_seen_ns))
             )
+            budget -= 1
             fs.written = (fs.path, fs.latency)
             fs.written_at = now
         now_ns = time.time_ns()
@@ -602,7 +620,7 @@ class Fabric:
             if tr.received == tr.written_received or key in pending:
                 continue
             node, hw = key
-            if not force and tr.written == tr.lost and now - tr.written_at < keepalive:
+            if not force and tr.written == tr.lost and now - tr.written_at < counted:
                 continue
             fields = {"received": tr.received, "lost": tr.lost, "repeated": tr.repeated}
             tags = {"switch": str(node), "hw_id": str(hw)}
