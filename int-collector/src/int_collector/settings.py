@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     int_dscp_mask: int = Field(0x3F, ge=0, le=63)
     int_udp_ports: list[int] = Field(default_factory=list)
     # INT domains whose INT source adds 'source-only' domain-specific metadata at the bottom
-    # of the INT-MD stack (INT v2.1 §5.7; Hop ML excludes it): {Domain Specific ID: {DS
+    # of the INT-MD stack (INT v2.1 §5.8; Hop ML excludes it): {Domain Specific ID: {DS
     # Instruction bit (0 = MSB): words it adds}}, e.g. {21587: {0: 2}} for the spec's
     # example (domain 0x5453, a MAC address in two words). Bits not listed are per-hop DS
     # metadata. A report of a domain not listed whose DS Instruction asks for more than Hop

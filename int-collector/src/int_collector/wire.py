@@ -42,7 +42,7 @@ PROTO_TCP, PROTO_UDP = 6, 17
 # Per-hop metadata, in instruction-bitmap order (bit 0 is the MSB). Each entry: bitmap bit,
 # struct code of the word(s), names of the values it yields. "Q" only for INT v2.x timestamps.
 # Bits 9-14 are reserved: a v2.1 node fills a reserved 4-byte word with 0xFFFFFFFF (INT v2.1
-# §5.7), so they are read and discarded to keep the offsets right.
+# §5.8), so they are read and discarded to keep the offsets right.
 _V2_HOP_FIELDS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (0, "I", ("node_id",)),
     (1, "HH", ("ingress_port", "egress_port")),
@@ -130,7 +130,7 @@ class StackLayout:
     `fmt` is the struct format of a hop without the byte-order prefix; `index` maps a value
     name to its position in the unpacked tuple; `invalid` gives each position's all-ones
     value. `hop_bytes` may exceed the baseline length: the rest is domain-specific metadata,
-    skipped (but never the checksum complement, which INT v2.1 §5.7 puts last).
+    skipped (but never the checksum complement, which INT v2.1 §5.8 puts last).
     """
 
     __slots__ = (
@@ -205,7 +205,7 @@ class StackLayout:
     def hop(self, values: tuple[int, ...]) -> Hop:
         """A readable `Hop` from this layout's slice of unpacked values.
 
-        "Invalid" is all-ones over a whole metadata (INT v2.1 §5.7: 4 or 8 bytes of 0xFF),
+        "Invalid" is all-ones over a whole metadata (INT v2.1 §5.8: 4 or 8 bytes of 0xFF),
         so a port pair is unavailable only when both of its halves are all-ones; one
         all-ones half is the port ID 0xFFFF (level 1) or 0xFFFFFFFF (level 2).
         """
@@ -578,7 +578,7 @@ class Decoder:
         if ver != INT_MD_V2:
             raise DecodeError("unknown_version", f"INT-MD metadata header version {ver} (know 2)")
         hop_ml = (w0 >> 8) & 0x1F
-        stack_bytes = 4 * length - 12  # INT v2.1 §5.7: shim Length excludes the shim itself
+        stack_bytes = 4 * length - 12  # INT v2.1 §5.7.2: shim Length excludes the shim itself
         if stack_bytes < 0:
             raise DecodeError("malformed", f"INT shim Length {length} words < 3")
         start = off + 16
@@ -611,7 +611,7 @@ class Decoder:
         hop_ml: int,
         r: Report,
     ) -> None:
-        """INT-MD v2.1 §5.7: the stack is whole hops of Hop ML words, newest first, then the
+        """INT-MD v2.1 §5.8: the stack is whole hops of Hop ML words, newest first, then the
         INT source's 'source-only' domain-specific metadata, whose length Hop ML excludes.
 
         Where that length is known (no DS Instruction bits, or a domain configured in
