@@ -198,3 +198,26 @@ def test_cli_generate_fast_keeps_the_duration_when_asked_more_than_it_can_send()
     # One round past the end at most (16,384 datagrams), however slow the machine.
     assert 1.0 <= elapsed < 2.0, p.stderr
     assert sent > 0
+
+
+def test_cli_generate_fast_flows_gives_that_many_distinct_flows() -> None:
+    """`--flows N` (the benchmark's many-flows rows): the datagrams decode, and their first
+    reports carry exactly N distinct flows."""
+    from int_collector.wire import Decoder
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024 * 1024)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        p = run_cli("generate", "--fast", "--target", f"127.0.0.1:{port}", "--rate", "6000",
+                    "--duration", "0.5", "--switches", "8", "--flows", "500")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        s.settimeout(0.5)
+        got = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                got.append(s.recv(65535))
+    dec = Decoder()
+    flows = {dec.decode(d)[0].flow for d in got}
+    assert len(got) > 1000 and len(flows) == 500
+    assert run_cli("generate", "--flows", "5").returncode != 0  # needs --fast

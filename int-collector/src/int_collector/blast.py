@@ -24,6 +24,11 @@ SLOT = 2048  # bytes per ring datagram (generator reports are well under)
 LAST_CPU_S = 0.0  # CPU seconds the last `send` spent while sending (user + system)
 LAST_ELAPSED_S = 0.0  # wall time of the last `send`, from its first datagram to its last
 
+# Offsets in a v2 datagram (group header 8 B, individual report header 12 B, inner IPv4
+# 20 B, UDP): the inner packet's source address (the destination follows) and UDP ports.
+FLOW_SRC = 8 + 12 + 12
+FLOW_SPORT = 8 + 12 + 20
+
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 sendmmsg = _libc.sendmmsg
 # Pointers as 64-bit integers: the same in the x86-64 and AArch64 calling conventions.
@@ -32,10 +37,12 @@ sendmmsg.restype = ctypes.c_int
 
 
 @njit(cache=True)
-def _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov):
+def _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov, flows, fnext):
     """Send counts[s] datagrams of switch s from its ring rows (cyclically, from pos[s]),
     each with the switch's next sequence number, one sendmmsg per switch; returns the
-    datagrams the kernel took."""
+    datagrams the kernel took. `flows` > 0 (v2): the first report of each datagram gets
+    flow fnext[0] of 0..flows-1, round robin: the inner packet's addresses and ports are
+    rewritten (UDP inner packets; its path stays the datagram's)."""
     sent = 0
     base = bufs.ctypes.data
     iov_base = iov.ctypes.data
@@ -59,6 +66,17 @@ def _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov):
                 bufs[r, o + 1] = (w >> 16) & 0xFF
                 bufs[r, o + 2] = (w >> 8) & 0xFF
                 bufs[r, o + 3] = w & 0xFF
+                if flows > 0 and v2:
+                    f = fnext[0]
+                    fnext[0] = (f + 1) % flows
+                    # 10.a.b.c:4000 > 10.255.255.1:5000 with a.b.c = f
+                    bufs[r, FLOW_SRC + 1] = (f >> 16) & 0xFF
+                    bufs[r, FLOW_SRC + 2] = (f >> 8) & 0xFF
+                    bufs[r, FLOW_SRC + 3] = f & 0xFF
+                    bufs[r, FLOW_SRC + 4], bufs[r, FLOW_SRC + 5] = 10, 255
+                    bufs[r, FLOW_SRC + 6], bufs[r, FLOW_SRC + 7] = 255, 1
+                    bufs[r, FLOW_SPORT], bufs[r, FLOW_SPORT + 1] = 4000 >> 8, 4000 & 0xFF
+                    bufs[r, FLOW_SPORT + 2], bufs[r, FLOW_SPORT + 3] = 5000 >> 8, 5000 & 0xFF
                 iov[j, 0] = base + r * bufs.shape[1]
                 iov[j, 1] = lens[r]
                 mm[j, 2] = iov_base + j * 16
@@ -81,8 +99,10 @@ def send(
     epoch_s: float = 0.5,
     pool: int = 512,
     per_datagram: int = 1,
+    flows: int = 0,
 ) -> int:
-    """Send for `duration_s` at `rate` reports per second; returns reports sent."""
+    """Send for `duration_s` at `rate` reports per second; returns reports sent. `flows`
+    > 0: that many distinct flows, round robin over the datagrams (v2)."""
     fabric = SyntheticFabric(switches, seed, family)
     sinks = list(fabric.leaves)
     af = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
@@ -99,11 +119,12 @@ def send(
     pos = np.zeros(nsinks, np.int64)
     mm = np.zeros((256, 8), np.int64)
     iov = np.zeros((256, 2), np.int64)
+    fnext = np.zeros(1, np.int64)
     dgram_rate = rate / per_datagram
     # Compile before the clock starts (ctypes calls keep numba from caching it).
     _send_round(np.zeros((1, SLOT), np.uint8), np.zeros(1, np.int64),
                 np.zeros((nsinks, 1), np.int64), np.zeros(nsinks, np.int64), pos, seqs, fds,
-                np.zeros(nsinks, np.int64), family == "v2", mm, iov)  # fmt: skip
+                np.zeros(nsinks, np.int64), family == "v2", mm, iov, 0, fnext)  # fmt: skip
     start = time.perf_counter()
     cpu0 = time.process_time()
     next_epoch = start
@@ -151,7 +172,8 @@ def send(
             for j in range(due % nsinks):
                 counts[(turn + j) % nsinks] += 1
             turn = (turn + due) % nsinks
-            taken += _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov)
+            taken += _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov,
+                                 flows, fnext)  # fmt: skip
             sent += due
     finally:
         global LAST_CPU_S, LAST_ELAPSED_S

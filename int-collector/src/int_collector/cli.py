@@ -90,7 +90,7 @@ def generate(
     seed: int = 0,
     format: Annotated[str, typer.Option(help="v2 (Telemetry Report 2.0) or v1 (ONOS)")] = "v2",
     per_datagram: Annotated[
-        int, typer.Option(help="individual reports per datagram (v2 only; 1-64)")
+        int, typer.Option(help="individual reports per datagram (v2 only; 1-256)")
     ] = 1,
     processes: Annotated[
         int, typer.Option(help="sender processes, each sending for its share of the switches")
@@ -98,6 +98,9 @@ def generate(
     fast: Annotated[
         bool, typer.Option(help="send with sendmmsg from compiled code (needs --duration)")
     ] = False,
+    flows: Annotated[
+        int, typer.Option(help="--fast, v2: distinct flows, round robin over the datagrams")
+    ] = 0,
 ) -> None:
     """Emit valid reports from a changing synthetic fabric."""
     from .generator import generate as run
@@ -108,10 +111,12 @@ def generate(
         raise UserError(f"--switches: need at least 2, got {switches}")
     if format not in ("v1", "v2"):
         raise UserError(f"--format: 'v1' or 'v2', got {format!r}")
-    if not 1 <= per_datagram <= 64 or (format == "v1" and per_datagram != 1):
+    if not 1 <= per_datagram <= 256 or (format == "v1" and per_datagram != 1):
         raise UserError(
-            f"--per-datagram: 1-64 for v2, 1 for v1 (one report per datagram), got {per_datagram}"
+            f"--per-datagram: 1-256 for v2, 1 for v1 (one report per datagram), got {per_datagram}"
         )
+    if flows < 0 or flows >= 1 << 24 or (flows and (not fast or format != "v2")):
+        raise UserError(f"--flows: 0-16777215, with --fast and v2 only, got {flows}")
     if not 1 <= processes <= 64:
         raise UserError(f"--processes: 1-64, got {processes}")
     if fast and (duration is None or count is not None or processes != 1):
@@ -119,7 +124,7 @@ def generate(
     try:
         sent = run(
             _host_port(target, "--target"), rate, switches, duration, count, seed, format,
-            per_datagram=per_datagram, processes=processes, fast=fast,
+            per_datagram=per_datagram, processes=processes, fast=fast, flows=flows,
         )  # fmt: skip
     except KeyboardInterrupt:
         return

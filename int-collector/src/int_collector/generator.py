@@ -154,11 +154,13 @@ def generate(
     per_datagram: int = 1,
     processes: int = 1,
     fast: bool = False,
+    flows: int = 0,
 ) -> int:
     """Send reports at `rate` per second until `duration_s` or `count`; returns reports sent.
 
     `fast`: send with `sendmmsg` from compiled code (`blast.py`; needs `duration_s`, one
-    process), for rates the Python sender cannot offer.
+    process), for rates the Python sender cannot offer; `flows` > 0 makes its datagrams
+    carry that many distinct flows (v2).
 
     Every reporting switch sends from a socket of its own (its own source port), as
     separate switches would, so SO_REUSEPORT spreads switches over the collector's workers.
@@ -178,7 +180,7 @@ def generate(
         from .blast import send
 
         return send(target, rate, switches, duration_s, seed, family, epoch_s, pool,
-                    per_datagram)  # fmt: skip
+                    per_datagram, flows)  # fmt: skip
     if processes == 1:
         return _send(target, rate, switches, duration_s, count, seed, family, epoch_s, pool,
                      per_datagram, 0, 1)  # fmt: skip
