@@ -20,7 +20,7 @@ from numba import njit
 
 from .generator import SyntheticFabric, _ring
 
-SLOT = 2048  # bytes per ring datagram (generator reports are well under)
+SLOT = 2048  # bytes per ring datagram at least (more when many reports share one)
 LAST_CPU_S = 0.0  # CPU seconds the last `send` spent while sending (user + system)
 LAST_ELAPSED_S = 0.0  # wall time of the last `send`, from its first datagram to its last
 
@@ -37,12 +37,14 @@ sendmmsg.restype = ctypes.c_int
 
 
 @njit(cache=True)
-def _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov, flows, fnext):
+def _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov, flows, sends):
     """Send counts[s] datagrams of switch s from its ring rows (cyclically, from pos[s]),
     each with the switch's next sequence number, one sendmmsg per switch; returns the
     datagrams the kernel took. `flows` > 0 (v2): the first report of each datagram gets
-    flow fnext[0] of 0..flows-1, round robin: the inner packet's addresses and ports are
-    rewritten (UDP inner packets; its path stays the datagram's)."""
+    one of flows 0..flows-1 in its inner packet's addresses and ports (UDP inner packets):
+    row r's k-th send carries flow (r + R * (k mod flows // R)) mod flows for R ring rows,
+    so that with at least as many flows as rows each flow keeps one row's path (`sends`
+    counts each row's sends)."""
     sent = 0
     base = bufs.ctypes.data
     iov_base = iov.ctypes.data
@@ -67,8 +69,9 @@ def _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov, fl
                 bufs[r, o + 2] = (w >> 8) & 0xFF
                 bufs[r, o + 3] = w & 0xFF
                 if flows > 0 and v2:
-                    f = fnext[0]
-                    fnext[0] = (f + 1) % flows
+                    nr = sends.shape[0]
+                    f = (r + nr * (sends[r] % max(1, flows // nr))) % flows
+                    sends[r] += 1
                     # 10.a.b.c:4000 > 10.255.255.1:5000 with a.b.c = f
                     bufs[r, FLOW_SRC + 1] = (f >> 16) & 0xFF
                     bufs[r, FLOW_SRC + 2] = (f >> 8) & 0xFF
@@ -119,12 +122,12 @@ def send(
     pos = np.zeros(nsinks, np.int64)
     mm = np.zeros((256, 8), np.int64)
     iov = np.zeros((256, 2), np.int64)
-    fnext = np.zeros(1, np.int64)
+    sends = np.zeros(1, np.int64)
     dgram_rate = rate / per_datagram
     # Compile before the clock starts (ctypes calls keep numba from caching it).
     _send_round(np.zeros((1, SLOT), np.uint8), np.zeros(1, np.int64),
                 np.zeros((nsinks, 1), np.int64), np.zeros(nsinks, np.int64), pos, seqs, fds,
-                np.zeros(nsinks, np.int64), family == "v2", mm, iov, 0, fnext)  # fmt: skip
+                np.zeros(nsinks, np.int64), family == "v2", mm, iov, 0, sends)  # fmt: skip
     start = time.perf_counter()
     cpu0 = time.process_time()
     next_epoch = start
@@ -144,8 +147,10 @@ def send(
             if now >= next_epoch:
                 fabric.step(epoch_s)
                 ring = _ring(fabric, pool, per_datagram, sinks)
-                bufs = np.zeros((len(ring), SLOT), np.uint8)
+                slot = max(SLOT, max(len(d) for _s, d in ring))
+                bufs = np.zeros((len(ring), slot), np.uint8)
                 lens = np.zeros(len(ring), np.int64)
+                sends = np.zeros(len(ring), np.int64)
                 per: list[list[int]] = [[] for _ in sinks]
                 for r, (sink, data) in enumerate(ring):
                     bufs[r, : len(data)] = np.frombuffer(bytes(data), np.uint8)
@@ -173,7 +178,7 @@ def send(
                 counts[(turn + j) % nsinks] += 1
             turn = (turn + due) % nsinks
             taken += _send_round(bufs, lens, rows, nrows, pos, seqs, fds, counts, v2, mm, iov,
-                                 flows, fnext)  # fmt: skip
+                                 flows, sends)  # fmt: skip
             sent += due
     finally:
         global LAST_CPU_S, LAST_ELAPSED_S

@@ -1200,6 +1200,12 @@ class Receiver:
             self._msgs[k].msg_hdr.msg_iovlen = 1
         self._ptr = ctypes.addressof(self._msgs)
         self.batch = batch
+        # msg_len of every header, as a strided view: copied out in one numpy operation
+        # (a Python loop over the headers cost ~0.15 µs a datagram).
+        words = ctypes.sizeof(_Mmsghdr) // 4
+        self._msg_len = np.frombuffer(self._msgs, np.uint32).reshape(batch, words)[
+            :, _Mmsghdr.msg_len.offset // 4
+        ]
 
     def recv(self) -> int:
         """Datagrams read (0 when none is waiting)."""
@@ -1209,9 +1215,7 @@ class Receiver:
             if err in (11, 4):  # EAGAIN, EINTR
                 return 0
             raise OSError(err, "recvmmsg")
-        msgs, lens = self._msgs, self.lens
-        for k in range(n):
-            lens[k] = msgs[k].msg_len
+        self.lens[:n] = self._msg_len[:n]
         return n
 
 
@@ -1232,6 +1236,19 @@ def _flow_words(f: Flow) -> tuple[int, int, int, int, int]:
 
 def _s64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _flow_text_of(sh: int, sl: int, dh: int, dl: int, ports: int) -> str:
+    """`flow_text(_flow_of(words))` without the objects: IPv4 formatted from the words
+    directly (a flow point cost ~6 µs of the two before; issue 29's many flows)."""
+    if ports & 0xFF != 4:
+        return _flow_text(_flow_of(np.array((sh, sl, dh, dl, ports), np.int64)))
+    s, d = sl & 0xFFFFFFFF, dl & 0xFFFFFFFF
+    return (
+        f"{s >> 24}.{(s >> 16) & 255}.{(s >> 8) & 255}.{s & 255}:{(ports >> 24) & 0xFFFF}>"
+        f"{d >> 24}.{(d >> 16) & 255}.{(d >> 8) & 255}.{d & 255}:{(ports >> 8) & 0xFFFF}"
+        f"/{(ports >> 40) & 0xFF}"
+    )
 
 
 def _flow_of(words: np.ndarray) -> Flow:
@@ -1479,13 +1496,13 @@ class FastFabric:
         flat = np.zeros(max(1, n_flows))
         k = due_flows(self.S, now, force, frows, flat)
         fi, fp = self.fi, self.fp
+        words = fi[frows[:k], F_SRC_HI : F_PORTS + 1].tolist()
         for j in range(k):
             r = frows[j]
-            flow = _flow_of(fi[r, F_SRC_HI : F_PORTS + 1])
-            path = fp[r, : fi[r, F_PLEN]]
+            plen = int(fi[r, F_PLEN])
             fields = {
-                "flow": _flow_text(flow), "path": ",".join(str(int(x)) for x in path),
-                "hops": int(fi[r, F_PLEN]),
+                "flow": _flow_text_of(*words[j]), "path": ",".join(map(str, fp[r, :plen].tolist())),
+                "hops": plen,
             }  # fmt: skip
             if not math.isnan(flat[j]):
                 fields["latency_ns"] = float(flat[j])
