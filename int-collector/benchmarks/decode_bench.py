@@ -212,8 +212,9 @@ def send(port: int, rate: float, seconds: float) -> tuple[int, float]:
          "--switches", str(SWITCHES), "--seed", "2"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    # "sent N reports in T s (R/s), C s of CPU while sending"
     words = p.stderr.split("sent ")[1].split()
-    return int(words[0]), float(words[2])
+    return int(words[0]), float(p.stderr.split("), ")[1].split()[0])
 
 
 def end_to_end(svc: Service, rate: float, seconds: float) -> dict:
