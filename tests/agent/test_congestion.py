@@ -200,6 +200,8 @@ def test_the_parameter_server_echoes_the_queue_and_the_ce_mark() -> None:
     assert [(a.is_ack, a.max_queue, bool(a.flags & FLAG_ECN_ECHO)) for a in acks] == [
         (True, 40, True)
     ] * 2
+    # ... and carry the chunk's complete sum to each worker
+    assert [(a.contributors, a.values) for a in acks] == [(0b11, (2,) * LANES)] * 2
 
 
 def fake_ps(sock: socket.socket, queue: int, stop: threading.Event, delay: float = 0.0) -> None:
@@ -212,8 +214,9 @@ def fake_ps(sock: socket.socket, queue: int, stop: threading.Event, delay: float
             continue
         time.sleep(delay)
         p = AggPacket.decode(data)
-        sock.sendto(AggPacket(p.job_id, p.slot, p.worker_id, p.fan_in, p.seq, 0, FLAG_ACK,
-                              max_queue=queue).encode(), addr)  # fmt: skip
+        # one worker: its own values are the complete sum
+        sock.sendto(AggPacket(p.job_id, p.slot, p.worker_id, p.fan_in, p.seq, p.contributors,
+                              FLAG_ACK, p.values, max_queue=queue).encode(), addr)  # fmt: skip
 
 
 def against_fake_ps(

@@ -70,18 +70,29 @@ def run_job(
     return out, stats, tensors.sum(axis=1), fp
 
 
-def check_sums(out: list[IterationResult], expect: np.ndarray, fp: FixedPoint) -> None:
+def check_sums(
+    out: list[IterationResult],
+    expect: np.ndarray,
+    fp: FixedPoint,
+    stats: list[list[WorkerStats]] | None = None,
+) -> None:
+    """The PS's sums are the true ones within the fixed-point bound, and every worker got
+    back exactly (bit for bit) the PS's sum of every iteration."""
     assert [r.iteration for r in out] == list(range(len(expect)))
     for r, e in zip(out, expect, strict=True):
         assert r.total.shape == e.shape
         assert np.max(np.abs(r.total - e)) <= fp.error_bound
         assert r.seconds > 0
+    for per_worker in stats or []:
+        assert len(per_worker) == len(out)
+        for st, r in zip(per_worker, out, strict=True):
+            assert st.total is not None and np.array_equal(st.total, r.total)
 
 
 def test_no_switch_the_ps_completes_from_raw_packets() -> None:
     box: list[ParameterServer] = [None]  # type: ignore[list-item]
     out, stats, expect, fp = run_job(3, 100, 2, lambda w, ps: ps, box)
-    check_sums(out, expect, fp)
+    check_sums(out, expect, fp, stats)
     assert all(r.aggregated_packets == 0 and r.raw_packets == 3 * 4 for r in out)
     assert all(s.retransmissions == 0 and s.packets == 4 for ws in stats for s in ws)
     # wall-clock bounds (steady-state goodput across processes, cc_bmv2.py): each iteration
@@ -107,7 +118,7 @@ def test_eight_workers_through_the_switch_model_under_one_percent_loss() -> None
         out, stats, expect, fp = run_job(8, 2000, 3, target, box)
     finally:
         holder["sw"].__exit__(None, None, None)
-    check_sums(out, expect, fp)
+    check_sums(out, expect, fp, stats)
     chunks = 63
     assert sum(r.aggregated_packets for r in out) >= 3 * chunks * 0.9  # mostly aggregates
     assert sum(s.retransmissions for ws in stats for s in ws) > 0  # loss was recovered
@@ -126,11 +137,11 @@ def test_mixed_tree_aggregates_from_one_switch_raw_from_unconfigured_one() -> No
         return sws["agg" if w < 3 else "plain"].address
 
     try:
-        out, _, expect, fp = run_job(5, 320, 2, target, box)
+        out, stats, expect, fp = run_job(5, 320, 2, target, box)
     finally:
         for s in sws.values():
             s.__exit__(None, None, None)
-    check_sums(out, expect, fp)
+    check_sums(out, expect, fp, stats)
     for r in out:
         assert (r.aggregated_packets, r.raw_packets) == (10, 20)
 
@@ -214,11 +225,13 @@ def test_acknowledgement_lost_while_the_job_moves_does_not_stall_it() -> None:
         except BaseException as e:
             errors.append(e)
 
+    got: list[list[WorkerStats]] = [[] for _ in range(n)]
+
     def work(w: int) -> None:
         try:
             for it in range(iterations):
                 time.sleep(COMPUTE_S)
-                workers[w].run_iteration(tensors[it, w])
+                got[w].append(workers[w].run_iteration(tensors[it, w]))
         except BaseException as e:
             errors.append(e)
 
@@ -238,5 +251,52 @@ def test_acknowledgement_lost_while_the_job_moves_does_not_stall_it() -> None:
         ps.close()
     assert relay.lost == 1  # the loss and the move happened
     assert not errors, errors
-    check_sums(out, tensors.sum(axis=1), fp)
+    check_sums(out, tensors.sum(axis=1), fp, got)  # the re-acknowledged sum too
     assert sw["A"].counts[Verdict.EMIT] > 0  # the job aggregates at A after the move
+
+
+def test_a_chunk_of_the_previous_iteration_is_acknowledged_again_with_its_sum() -> None:
+    """A worker whose acknowledgement of the last chunk of iteration 0 was lost sends it
+    again while iteration 1 is under way: the PS answers with iteration 0's sum of that
+    chunk, never zeros and never iteration 1's; an older chunk gets no answer."""
+    import socket
+
+    from agg_agent.protocol import LANES, AggPacket
+
+    fp = FixedPoint.for_bound(1.0, 2)
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    for sk in socks:
+        sk.bind(("127.0.0.1", 0))
+        sk.settimeout(5)
+    ps = ParameterServer(7, fp, LANES, [sk.getsockname() for sk in socks])
+    t = threading.Thread(target=lambda: ps.run(3, linger=0.5, deadline=10))
+    t.start()
+
+    def send(w: int, seq: int, v: int, flags: int = 0) -> None:
+        pkt = AggPacket(7, seq % 8, w, 2, seq, 1 << w, flags, (v,) * LANES)
+        socks[w].sendto(pkt.encode(), ps.address)
+
+    try:
+        for w in range(2):
+            send(w, 0, 10 + w)  # iteration 0: sum 21 in every lane
+        assert {AggPacket.decode(sk.recv(2048)).values for sk in socks} == {(21,) * LANES}
+        for w in range(2):
+            send(w, 1, 100 + w)  # iteration 1: sum 201
+        assert {AggPacket.decode(sk.recv(2048)).values for sk in socks} == {(201,) * LANES}
+        send(0, 1, 100, flags=0x02)  # iteration 1's chunk again (iteration 2 not started)
+        again = AggPacket.decode(socks[0].recv(2048))
+        assert (again.seq, again.values, again.contributors) == (1, (201,) * LANES, 0b11)
+        send(0, 2, 1000)  # iteration 2 half way: the previous one's chunk is still answered
+        send(0, 1, 100, flags=0x02)
+        again = AggPacket.decode(socks[0].recv(2048))
+        assert (again.seq, again.values) == (1, (201,) * LANES)
+        send(0, 0, 10, flags=0x02)  # two iterations back: stale, no answer
+        socks[0].settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            socks[0].recv(2048)
+    finally:
+        ps.stop()
+        t.join(5)
+        ps.close()
+        for sk in socks:
+            sk.close()

@@ -96,6 +96,8 @@ def test_iterations_complete_with_the_exact_sum(
     assert [r["iteration"] for r in results] == list(range(ITERATIONS))
     for it, (r, head) in enumerate(zip(results, expected_heads(), strict=True)):
         assert np.max(np.abs(np.array(r["sum_head"]) - head)) <= bound
+        # every worker got the PS's sum back through bmv2, bit for bit
+        assert all(w[it]["sum_head"] == r["sum_head"] for w in worker_rows), (r, worker_rows)
         if aggregated:
             # One packet per chunk from the switch. A worker whose 200 ms timer fired (a
             # loaded machine: one CI run saw a whole iteration resent) resends chunks the

@@ -150,7 +150,13 @@ def parameter_server(
 
 
 def _asdict(s: object) -> dict[str, object]:
-    return {k: getattr(s, k) for k in s.__slots__}  # type: ignore[attr-defined]
+    """A WorkerStats as JSON-able fields; its sum as `sum_head` (the first 4 values, as the
+    PS prints them), not the whole array."""
+    out = {k: getattr(s, k) for k in s.__slots__ if k != "total"}  # type: ignore[attr-defined]
+    total = getattr(s, "total", None)
+    if total is not None:
+        out["sum_head"] = [float(v) for v in total[:4]]
+    return out
 
 
 @app.command()

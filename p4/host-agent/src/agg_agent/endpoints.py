@@ -9,8 +9,12 @@ acknowledged within `timeout` is sent again with the retransmission flag.
 Parameter server: accepts a packet for a chunk when its contributor bitmap is disjoint from
 what the chunk already holds, whether it is an aggregate, a raw worker packet (no switch
 aggregates the job: the fallback) or a mix; a chunk is complete when every worker is in,
-and is then acknowledged to every worker; a packet for a completed chunk is acknowledged
-again to its contributors (their acknowledgement was lost).
+and is then acknowledged to every worker **with the chunk's sum** (contributors = every
+worker: the values are complete); a packet for a completed chunk of the current or the
+previous iteration is acknowledged again, with the same sum, to its contributors (their
+acknowledgement was lost). A worker takes a chunk's sum from the first complete
+acknowledgement only, so it never applies a partial or a duplicated sum:
+`Worker.allreduce` returns the exact integer sum of every worker's fixed-point tensor.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ class WorkerStats:
     # of several processes on one machine line up on it (steady-state goodput, cc_bmv2.py)
     started: float = 0.0
     finished: float = 0.0
+    # the sum over every worker of the tensor sent (the acknowledgements' values), decoded
+    # from fixed point; not part of the JSON the CLI prints
+    total: npt.NDArray[np.float64] | None = field(default=None, repr=False)
 
 
 class Worker:
@@ -113,8 +120,16 @@ class Worker:
             values=tuple(int(v) for v in values),
         ).encode()
 
+    def allreduce(self, tensor: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """The sum over every worker of `tensor` (each worker calls it with its own), shaped
+        like it: exact in fixed point, so every worker gets the same array."""
+        arr = np.asarray(tensor, dtype=np.float64)
+        total = self.run_iteration(arr).total
+        assert total is not None
+        return total.reshape(arr.shape)
+
     def run_iteration(self, tensor: npt.ArrayLike) -> WorkerStats:
-        """Send `tensor` and return when every chunk is acknowledged."""
+        """Send `tensor` and return when every chunk is acknowledged with its sum."""
         q = self.fixed.to_fixed(np.ravel(np.asarray(tensor, dtype=np.float64)))
         chunks = chunk_count(q.size)
         padded = np.zeros(chunks * LANES, dtype=np.int32)
@@ -122,6 +137,8 @@ class Worker:
         lanes = padded.reshape(chunks, LANES)
         first = self.next_seq
         acked = [False] * chunks
+        sums = np.zeros((chunks, LANES), np.int64)
+        everyone = (1 << self.fixed.workers) - 1
         sent_at: dict[int, float] = {}
         tries: dict[int, int] = {}
         low = nxt = 0  # oldest unacknowledged chunk, next chunk never sent
@@ -172,8 +189,12 @@ class Worker:
             except PacketError:
                 continue
             c = ack.seq - first
-            if ack.is_ack and ack.job_id == self.job_id and 0 <= c < chunks and not acked[c]:
+            if (
+                ack.is_ack and ack.job_id == self.job_id and 0 <= c < chunks and not acked[c]
+                and ack.contributors == everyone  # the values are the complete sum
+            ):  # fmt: skip
                 acked[c] = True
+                sums[c] = ack.values
                 t_sent = sent_at.pop(c, None)
                 if t_sent is not None and tries[c] == 0:  # Karn: first transmissions only
                     rtt = time.perf_counter() - t_sent
@@ -193,6 +214,7 @@ class Worker:
             queues,
             wall,
             time.time(),
+            self.fixed.from_fixed(sums.reshape(-1)[: q.size]),
         )
         self.iteration += 1
         return stats
@@ -249,21 +271,33 @@ class ParameterServer:
         )
         return data, ce
 
-    def _ack(self, seq: int, mask: int, queue: int = 0, ce: bool = False) -> None:
-        """Acknowledge `seq` to the workers in `mask`, echoing the congestion it met."""
+    def _ack(
+        self, seq: int, mask: int, total: npt.NDArray[np.int64], queue: int = 0, ce: bool = False
+    ) -> None:
+        """Acknowledge `seq` to the workers in `mask` with the chunk's complete sum
+        (contributors: every worker), echoing the congestion it met."""
         flags = FLAG_ACK | (FLAG_ECN_ECHO if ce else 0)
+        values = tuple(int(v) for v in total)
         for w in range(self.fixed.workers):
             if mask >> w & 1:
                 pkt = AggPacket(
-                    self.job_id, seq % 0x10000, w, self.fixed.workers, seq, 0, flags,
-                    max_queue=queue,
+                    self.job_id, seq % 0x10000, w, self.fixed.workers, seq, self.all_mask,
+                    flags, values, queue,
                 )  # fmt: skip
                 self.sock.sendto(pkt.encode(), self.workers[w])
 
+    def stop(self) -> None:
+        """End `run` (from another thread) after the packet at hand."""
+        self._stop = True
+
+    _stop = False
+
     def run(
-        self, iterations: int, linger: float = 0.3, deadline: float = 60.0
+        self, iterations: int | None, linger: float = 0.3, deadline: float = 60.0
     ) -> list[IterationResult]:
-        """Complete `iterations` iterations, then keep acknowledging for `linger` seconds."""
+        """Complete `iterations` iterations (None: until `stop()`), then keep acknowledging
+        for `linger` seconds. `deadline`: the longest an iteration may take, from its
+        predecessor's end (or the start)."""
         results: list[IterationResult] = []
         open_chunks: dict[int, _Chunk] = {}
         done_upto = 0  # every seq below it is complete
@@ -271,12 +305,17 @@ class ParameterServer:
         cur: IterationResult | None = None
         cur_start = 0.0
         totals = np.zeros(self.chunks * LANES, np.int64)
+        # The previous iteration's sums: a worker may still wait for one of its
+        # acknowledgements (lost) while the others have started the next iteration. Older
+        # ones cannot be waited for: iteration k completes only after every worker has
+        # every acknowledgement of k - 1.
+        previous = np.zeros(self.chunks * LANES, np.int64)
         remaining = self.chunks
         stop_at = time.perf_counter() + deadline
         linger_until: float | None = None
         while True:
             now = time.perf_counter()
-            if linger_until is not None and now >= linger_until:
+            if (linger_until is not None and now >= linger_until) or self._stop:
                 return results
             if now >= stop_at:
                 raise TimeoutError(
@@ -295,11 +334,20 @@ class ParameterServer:
             if pkt.job_id != self.job_id or pkt.is_ack:
                 continue
             seq = pkt.seq
-            if seq < done_upto or seq in done_ahead or linger_until is not None:
-                self._ack(seq, pkt.contributors & self.all_mask, pkt.max_queue, ce)
-                continue
             it, c = divmod(seq, self.chunks)
-            if it != len(results):
+            if seq < done_upto or seq in done_ahead:  # complete: acknowledged again
+                if it == len(results):
+                    src = totals
+                elif it == len(results) - 1:
+                    src = previous
+                else:
+                    continue  # stale: nobody can be waiting for it
+                self._ack(
+                    seq, pkt.contributors & self.all_mask, src[c * LANES : (c + 1) * LANES],
+                    pkt.max_queue, ce,
+                )  # fmt: skip
+                continue
+            if it != len(results) or linger_until is not None:
                 continue  # a later iteration cannot start before this one completes
             if cur is None:
                 cur = IterationResult(it, np.zeros(0), 0.0)
@@ -324,13 +372,14 @@ class ParameterServer:
             while done_upto in done_ahead:
                 done_ahead.discard(done_upto)
                 done_upto += 1
-            self._ack(seq, self.all_mask, ch.queue, ch.ce)
+            self._ack(seq, self.all_mask, ch.acc, ch.queue, ch.ce)
             remaining -= 1
             if remaining == 0:
                 cur.seconds = time.perf_counter() - cur_start
                 cur.total = self.fixed.from_fixed(totals[: self.size])
                 results.append(cur)
                 cur, remaining = None, self.chunks
-                totals = np.zeros(self.chunks * LANES, np.int64)
+                previous, totals = totals, np.zeros(self.chunks * LANES, np.int64)
+                stop_at = time.perf_counter() + deadline
                 if len(results) == iterations:
                     linger_until = time.perf_counter() + linger
