@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Annotated
@@ -119,7 +120,9 @@ def parameter_server(
     job: Job = 1,
     bound: Bound = 1.0,
     size: Size = 1024,
-    iterations: Iterations = 10,
+    iterations: Annotated[
+        int, typer.Option(min=0, help="Iterations to complete; 0: until SIGTERM or SIGINT.")
+    ] = 10,
     bind: Annotated[str, typer.Option(help="Local host:port.")] = f"0.0.0.0:{UDP_PORT}",
 ) -> None:
     """Complete `iterations` iterations from aggregated and raw packets; print their stats."""
@@ -129,8 +132,11 @@ def parameter_server(
         ps = ParameterServer(job, fixed, size, addrs, bind=_address(bind, "--bind"))
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
+    # --iterations 0: until SIGTERM or SIGINT (a training job's PS: one iteration a bucket)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _s, _f: ps.stop())
     try:
-        for r in ps.run(iterations):
+        for r in ps.run(iterations or None, deadline=600.0 if not iterations else 60.0):
             print(
                 json.dumps(
                     {
@@ -268,6 +274,55 @@ def gossip(
             "refresh_failures", "ended_by")  # fmt: skip
     counts |= {k: getattr(w, k) for k in kept}
     print(json.dumps(counts), flush=True)
+
+
+@app.command()
+def train(
+    rank: Annotated[int, typer.Option(min=0, help="This worker's rank, 0..world-1.")],
+    world: Annotated[int, typer.Option(min=1, max=32, help="Number of workers.")],
+    master: Annotated[str, typer.Option(help="host:port of rank 0's torch.distributed store.")],
+    allreduce: Annotated[str, typer.Option(help="agg (through the fabric) or gloo.")] = "agg",
+    ps: Annotated[str, typer.Option(help="agg: host:port of the parameter server.")] = "",
+    job: Job = 1,
+    bind: Annotated[str, typer.Option(help="agg: this worker's host:port.")] = (
+        f"0.0.0.0:{UDP_PORT}"
+    ),
+    bound: Annotated[float, typer.Option(min=0, help="agg: gradients clipped to +-bound.")] = 1.0,
+    window: Annotated[int, typer.Option(min=1, help="agg: chunks in flight (<= pool).")] = 16,
+    timeout_ms: Annotated[float, typer.Option(min=1, help="agg: retransmission timer.")] = 200,
+    epochs: Annotated[int, typer.Option(min=1)] = 30,
+    batch: Annotated[int, typer.Option(min=1, help="Examples per worker per step.")] = 32,
+    lr: Annotated[float, typer.Option(min=0)] = 0.1,
+    max_steps: Annotated[int, typer.Option(min=0, help="Stop after this many; 0: none.")] = 0,
+    out: Annotated[str, typer.Option(help="Write the result (JSON) here (rank 0).")] = "",
+) -> None:
+    """Train an MLP on scikit-learn's digits with DDP, the gradients all-reduced through
+    the aggregation protocol (agg) or by gloo; print accuracy per epoch as JSON lines.
+    The parameter server for agg: `agg-agent ps --iterations 0 --size <parameters>`."""
+    from pathlib import Path
+
+    from agg_agent import train_digits as td
+
+    if rank >= world:
+        raise typer.BadParameter(f"--rank: {rank} is not below --world {world}")
+    if allreduce not in ("agg", "gloo"):
+        raise typer.BadParameter(f"--allreduce: 'agg' or 'gloo', got {allreduce!r}")
+    hook_args = None
+    if allreduce == "agg":
+        if not ps:
+            raise typer.BadParameter("--ps: needed with --allreduce agg")
+        hook_args = {
+            "job": job, "ps": _address(ps, "--ps"), "size": td.parameter_count(),
+            "bound": bound, "window": window, "bind": _address(bind, "--bind"),
+            "timeout_s": timeout_ms / 1000,
+        }  # fmt: skip
+    res = td.train(rank, world, _address(master, "--master", 29500), allreduce, epochs, batch,
+                   lr, max_steps or None, hook_args)  # fmt: skip
+    for e, t, acc in res.accuracy:
+        print(json.dumps({"role": "train", "rank": rank, "epoch": e, "seconds": t,
+                          "accuracy": acc}), flush=True)  # fmt: skip
+    if out and rank == 0:
+        td.save(res, Path(out))
 
 
 def main() -> None:

@@ -297,7 +297,7 @@ class ParameterServer:
     ) -> list[IterationResult]:
         """Complete `iterations` iterations (None: until `stop()`), then keep acknowledging
         for `linger` seconds. `deadline`: the longest an iteration may take, from its
-        predecessor's end (or the start)."""
+        predecessor's end or the start (open-ended: from its first packet)."""
         results: list[IterationResult] = []
         open_chunks: dict[int, _Chunk] = {}
         done_upto = 0  # every seq below it is complete
@@ -317,7 +317,7 @@ class ParameterServer:
             now = time.perf_counter()
             if (linger_until is not None and now >= linger_until) or self._stop:
                 return results
-            if now >= stop_at:
+            if now >= stop_at and (iterations is not None or cur is not None):
                 raise TimeoutError(
                     f"iteration {len(results)}: incomplete after {deadline} s "
                     f"({remaining} of {self.chunks} chunks missing)"
@@ -352,6 +352,8 @@ class ParameterServer:
             if cur is None:
                 cur = IterationResult(it, np.zeros(0), 0.0)
                 cur_start = time.perf_counter()
+                if iterations is None:  # open-ended: the deadline runs from the first packet
+                    stop_at = cur_start + deadline
             ch = open_chunks.setdefault(seq, _Chunk())
             ch.queue, ch.ce = max(ch.queue, pkt.max_queue), ch.ce or ce
             if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:

@@ -1,0 +1,150 @@
+"""A real model trained data-parallel: an MLP on scikit-learn's handwritten digits (1,797
+8x8 images, shipped inside the wheel: nothing is downloaded), one process per worker
+under `torch.distributed` (gloo) and DistributedDataParallel, the gradients all-reduced
+either by gloo (`--allreduce gloo`) or through the aggregation protocol
+(`--allreduce agg`: `AggregationHook`, the two lines a user adds).
+
+Every worker starts from the same parameters (seeded; DDP broadcasts rank 0's anyway) and
+takes its share of each global batch in a fixed order, so two runs that differ only in
+the all-reduce take the same steps: their parameters differ only by rounding (float32 in
+gloo's sum, fixed point in ours), which `compare` measures.
+
+    agg-agent train --rank R --world N --master HOST:PORT --allreduce agg|gloo \
+        [--ps HOST:PORT --job J --bind HOST:PORT] [--epochs 30] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HIDDEN = 64
+SEED = 0
+
+
+def dataset() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Digits, scaled to [0, 1], split 80/20 with a fixed seed (stratified)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=SEED, stratify=y)
+    return xtr, ytr.astype(np.int64), xte, yte.astype(np.int64)
+
+
+def model() -> Any:
+    import torch
+
+    torch.manual_seed(SEED)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)
+    )
+
+
+def parameter_count() -> int:
+    return sum(p.numel() for p in model().parameters())
+
+
+@dataclass
+class Result:
+    allreduce: str
+    world: int
+    epochs: int
+    steps: int
+    seconds: float  # training wall time (evaluations excluded)
+    accuracy: list[tuple[int, float, float]] = field(default_factory=list)  # epoch, s, acc
+    parameters: list[float] = field(default_factory=list)
+    clipped: int = 0
+
+    def time_to(self, target: float) -> float | None:
+        return next((t for _e, t, a in self.accuracy if a >= target), None)
+
+
+def train(
+    rank: int,
+    world: int,
+    master: tuple[str, int],
+    allreduce: str,
+    epochs: int = 30,
+    batch: int = 32,
+    lr: float = 0.1,
+    max_steps: int | None = None,
+    hook_args: dict[str, Any] | None = None,
+) -> Result:
+    """Train; every rank returns the same Result (rank 0's evaluation)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://{master[0]}:{master[1]}", rank=rank, world_size=world
+    )
+    hook = None
+    try:
+        net = model()
+        ddp = DDP(net)
+        if allreduce == "agg":
+            from agg_agent.torch_hook import AggregationHook
+
+            hook = AggregationHook.create(rank, world, **(hook_args or {}))
+            ddp.register_comm_hook(None, hook)
+        elif allreduce != "gloo":
+            raise ValueError(f"allreduce: 'agg' or 'gloo', got {allreduce!r}")
+        xtr, ytr, xte, yte = dataset()
+        xtr_t, ytr_t = torch.from_numpy(xtr), torch.from_numpy(ytr)
+        xte_t, yte_t = torch.from_numpy(xte), torch.from_numpy(yte)
+        opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        per_step = batch * world
+        order = np.random.default_rng(SEED)
+        res = Result(allreduce, world, 0, 0, 0.0)
+        elapsed = 0.0
+        for epoch in range(epochs):
+            perm = order.permutation(len(xtr))
+            t0 = time.perf_counter()
+            for start in range(0, len(perm) - per_step + 1, per_step):
+                idx = perm[start + rank * batch : start + (rank + 1) * batch]
+                opt.zero_grad()
+                loss_fn(ddp(xtr_t[idx]), ytr_t[idx]).backward()
+                opt.step()
+                res.steps += 1
+                if max_steps is not None and res.steps >= max_steps:
+                    break
+            elapsed += time.perf_counter() - t0
+            res.epochs = epoch + 1
+            with torch.no_grad():
+                acc = float((net(xte_t).argmax(1) == yte_t).float().mean())
+            res.accuracy.append((epoch + 1, elapsed, acc))
+            if max_steps is not None and res.steps >= max_steps:
+                break
+        res.seconds = elapsed
+        res.parameters = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).tolist()
+        res.clipped = hook.clipped if hook else 0
+        dist.barrier()
+        return res
+    finally:
+        if hook is not None:
+            hook.close()
+        dist.destroy_process_group()
+
+
+def save(res: Result, path: Path) -> None:
+    path.write_text(json.dumps(asdict(res)))
+
+
+def load(path: Path) -> Result:
+    d = json.loads(path.read_text())
+    d["accuracy"] = [tuple(x) for x in d["accuracy"]]
+    return Result(**d)
+
+
+def compare(a: Result, b: Result) -> float:
+    """Largest absolute difference between two runs' parameters."""
+    return float(np.max(np.abs(np.array(a.parameters) - np.array(b.parameters))))
