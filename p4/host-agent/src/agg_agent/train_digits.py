@@ -16,6 +16,8 @@ gloo's sum, fixed point in ours), which `compare` measures.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +47,23 @@ def model() -> Any:
     return torch.nn.Sequential(
         torch.nn.Linear(64, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)
     )
+
+
+def interface_towards(host: str) -> str | None:
+    """The network interface this machine reaches `host` through (the one holding that
+    address, if it is ours): gloo otherwise advertises the address the hostname resolves
+    to, 127.0.0.1 in a network namespace, and its peers cannot connect."""
+    try:
+        route = subprocess.run(["ip", "-o", "-4", "route", "get", host], capture_output=True,
+                               text=True, timeout=10).stdout.split()  # fmt: skip
+        dev = route[route.index("dev") + 1] if "dev" in route else None
+        if dev in (None, "lo"):
+            addrs = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                                   text=True, timeout=10).stdout.splitlines()  # fmt: skip
+            dev = next((ln.split()[1] for ln in addrs if f" {host}/" in ln), dev)
+        return dev if dev != "lo" else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def parameter_count() -> int:
@@ -83,6 +102,10 @@ def train(
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
+    if "GLOO_SOCKET_IFNAME" not in os.environ and not master[0].startswith("127."):
+        ifname = interface_towards(master[0])
+        if ifname:
+            os.environ["GLOO_SOCKET_IFNAME"] = ifname
     dist.init_process_group(
         "gloo", init_method=f"tcp://{master[0]}:{master[1]}", rank=rank, world_size=world
     )
