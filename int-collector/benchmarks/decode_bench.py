@@ -203,13 +203,13 @@ class Service:
             self.proc.wait()
 
 
-def send(port: int, rate: float, seconds: float) -> tuple[int, float]:
+def send(port: int, rate: float, seconds: float, *extra: str) -> tuple[int, float]:
     """The sender, another process: reports sent and its CPU seconds while sending (its
     start-up, interpreter and numba, not counted)."""
     p = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "int_collector", "generate", "--fast",
          "--target", f"127.0.0.1:{port}", "--rate", str(rate), "--duration", str(seconds),
-         "--switches", str(SWITCHES), "--seed", "2"],
+         "--switches", str(SWITCHES), "--seed", "2", *extra],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     # "sent N reports in T s (R/s), C s of CPU while sending"

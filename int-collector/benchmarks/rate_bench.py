@@ -33,7 +33,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,13 +40,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from decode_bench import (
-    SWITCHES,
     Service,
     machine_busy_s,
     metrics,
     tree_cpu_s,
     udp_rcvbuf_errors,
 )
+from decode_bench import send as send_reports
 
 from int_collector.influxd import InfluxServer, default_binary
 from int_collector.listen import bind_udp
@@ -99,7 +98,6 @@ class Bare:
         ]
         for p in self.procs:
             p.start()
-        self.pid = os.getpid()
 
     def count(self) -> int:
         return sum(self.counts)
@@ -127,22 +125,13 @@ class Bare:
 def send(port: int, rate: float, seconds: float, *extra: str) -> tuple[int, int, float]:
     """Reports and datagrams sent, and the sender's CPU seconds while sending."""
     per = int(extra[extra.index("--per-datagram") + 1]) if "--per-datagram" in extra else 1
-    p = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "int_collector", "generate", "--fast",
-         "--target", f"127.0.0.1:{port}", "--rate", str(rate), "--duration", str(seconds),
-         "--switches", str(SWITCHES), "--seed", "2", *extra],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    words = p.stderr.split("sent ")[1].split()
-    reports = int(words[0])
-    cpu = float(p.stderr.split("), ")[1].split()[0])
+    reports, cpu = send_reports(port, rate, seconds, *extra)
     return reports, reports // per, cpu
 
 
 def bare_round(rate: float, seconds: float, workers: int) -> dict:
     b = Bare(workers)
     try:
-        time.sleep(0.2)
         drops0, busy0 = udp_rcvbuf_errors(), machine_busy_s()
         t0 = time.monotonic()
         _sent, datagrams, gen_cpu = send(b.port, rate, seconds)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import ipaddress
 import math
 import socket
 import time
@@ -36,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from .settings import Settings
-from .state import Point, Rejected, _names_itself, unwritten_limit
+from .state import Point, Rejected, _names_itself, flow_text, unwritten_limit
 from .wire import Flow, Report
 
 BATCH = 256  # datagrams per recvmmsg
@@ -1242,7 +1241,7 @@ def _flow_text_of(sh: int, sl: int, dh: int, dl: int, ports: int) -> str:
     """`flow_text(_flow_of(words))` without the objects: IPv4 formatted from the words
     directly (a flow point cost ~6 µs of the two before; issue 29's many flows)."""
     if ports & 0xFF != 4:
-        return _flow_text(_flow_of(np.array((sh, sl, dh, dl, ports), np.int64)))
+        return flow_text(_flow_of(np.array((sh, sl, dh, dl, ports), np.int64)))
     s, d = sl & 0xFFFFFFFF, dl & 0xFFFFFFFF
     return (
         f"{s >> 24}.{(s >> 16) & 255}.{(s >> 8) & 255}.{s & 255}:{(ports >> 24) & 0xFFFF}>"
@@ -1521,11 +1520,6 @@ class FastFabric:
             tags = {"switch": str(int(ti[r, T_NODE])), "hw_id": str(int(ti[r, T_HW]))}
             out.append(Point("int_reports", tags, fields, self._stamp(now_ns)))
         return out
-
-
-def _flow_text(flow: Flow) -> str:
-    src, dst = ipaddress.ip_address(flow.src), ipaddress.ip_address(flow.dst)
-    return f"{src}:{flow.sport}>{dst}:{flow.dport}/{flow.proto}"
 
 
 def warm() -> None:
