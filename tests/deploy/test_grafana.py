@@ -150,6 +150,27 @@ def _send_gapped(port: int, seqs: list[int]) -> None:
             )
 
 
+def _until(cond: Any, what: str, timeout_s: float = 120.0) -> Any:
+    """Poll `cond` until it returns something true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := cond()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def _lost_points(influx: InfluxServer, bucket: str) -> list[datetime]:
+    """Times of switch 77's points that carry a loss, as InfluxDB holds them."""
+    q = (
+        f'from(bucket: "{bucket}") |> range(start: 0) |> filter(fn: (r) =>'
+        f' r._measurement == "int_reports" and r._field == "lost" and r.switch == "{GAP_SWITCH}"'
+        " and r._value > 0)"
+    )
+    with InfluxDBClient(url=influx.url, token="", org="-") as c:
+        return [r.get_time() for tb in c.query_api().query(q, org="-") for r in tb.records]
+
+
 @pytest.fixture(scope="module")
 def telemetry(influx: InfluxServer) -> dict[str, Any]:
     """A database filled by the collector (UDP reports from its own generator, plus one
@@ -166,15 +187,23 @@ def telemetry(influx: InfluxServer) -> dict[str, Any]:
     t = threading.Thread(target=collector.run, daemon=True)
     t.start()
     try:
-        generate(("127.0.0.1", collector.port), rate=2000, switches=4, duration_s=0.5, seed=1)
+        # A count, not a duration: on a loaded machine a 0.5 s burst sent too few datagrams
+        # per switch for any link to become a series (a CI run saw switch 77 alone).
+        n = generate(("127.0.0.1", collector.port), rate=2000, switches=4, count=1000, seed=1)
         _send_gapped(collector.port, [0, 1, 2, 5])  # 2 lost
-        time.sleep(0.4)  # past a few ticks and windows: a point with lost = 2
+        _until(lambda: collector.decoded >= n + 4, "the collector to decode every report")
+        # A point with lost = 2 in InfluxDB, then a window later the next two losses.
+        written = _until(lambda: _lost_points(influx, bucket), "switch 77's first loss point")
+        _until(
+            lambda: datetime.now(UTC) > max(written) + timedelta(seconds=0.15),
+            "a 100 ms window past that point",
+        )
         _send_gapped(collector.port, [6, 9])  # 2 more lost
-        time.sleep(0.2)
+        _until(lambda: collector.decoded >= n + 6, "the last reports")
     finally:
         collector.stop()
-        t.join(10)
-        collector.close(timeout_s=10)
+        t.join(30)
+        collector.close(timeout_s=30)
     writer = TelemetryReader(influx.url, "", "-", bucket, 300, 60)
     writer.write_decision(bucket, "job-a", "agg", ["s1", "s2"], 0.42, "api")
     writer.write_decision(bucket, "job-b", "ps", ["s3"], 1.5, "periodic")

@@ -228,13 +228,16 @@ def _send(
     seqs = dict.fromkeys(sinks, 0)
     v2 = family == "v2"
     dgram_rate = rate / per_datagram
+    # The first epoch's datagrams are built before the clock starts: on a loaded machine
+    # building them took longer than a short `duration_s`, and the run sent one datagram.
+    fabric.step(epoch_s)
+    ring = _ring(fabric, pool, per_datagram, sinks)
+    n_ring = len(ring)
     start = time.perf_counter()
     sent = 0  # datagrams
-    next_epoch = start
-    ring: list[tuple[int, bytearray]] = []
+    next_epoch = start + epoch_s
     burst = max(1, int(dgram_rate / 1000))  # rate control by ~1 ms batches
     limit = None if count is None else -(-count // per_datagram)
-    n_ring = 1
     while True:
         now = time.perf_counter()
         if duration_s is not None and now - start >= duration_s:
