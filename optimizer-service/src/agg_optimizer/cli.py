@@ -495,6 +495,8 @@ def serve(
     port: Annotated[int, typer.Option(help="Listen port.")] = 8080,
 ) -> None:
     """Run the REST service (settings from AGG_OPTIMIZER_* variables, docs/service.md)."""
+    import gc
+
     import uvicorn
     from pydantic import ValidationError
 
@@ -550,6 +552,13 @@ def serve(
             "AGG_OPTIMIZER_WITHDRAW_FOREIGN_INTENTS=true"
         )
     server = uvicorn.Server(uvicorn.Config(create_app(settings, svc), log_level="info"))
+    # What is loaded by now (modules, the app, its schemas) lives as long as the process:
+    # out of the collector's sight, a full collection scans only what requests made since.
+    # Each full collection scanned ~120,000 objects for 60-90 ms, about once a second under
+    # load, pausing every request in flight: it was the uncached dry runs' p95 and p99
+    # (docs/benchmarks/service-load.md).
+    gc.collect()
+    gc.freeze()
     server.run(sockets=[sock])
 
 

@@ -15,6 +15,9 @@ class InstanceError(ValueError):
         self.field = field
         self.message = message
 
+    def __reduce__(self) -> tuple:  # raised in a solver process, re-raised in the service
+        return (type(self), (self.field, self.message))
+
 
 def describe_validation_error(err: ValidationError) -> str:
     """One line per problem, `field.path: message`, from a pydantic error."""
