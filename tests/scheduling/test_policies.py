@@ -167,3 +167,23 @@ def test_demands_come_from_the_placement_trees() -> None:
     (summed,) = demands_from(inst, p, {"j": {"progress": 0.5, "cojob": "c"}})
     assert summed.links[down] == 1_000_000 and summed.progress == 0.5 and summed.cojob == "c"
     assert sum(summed.links.values()) < sum(alone.links.values())
+
+
+def test_grouper_keeps_each_cojob_in_one_class() -> None:
+    # 3 cojobs of 3 trials on k=2 classes: cut over jobs, the middle cojob was split (5 jobs
+    # up, 4 down); cut over cojobs, every cojob's trials share the class of its position.
+    ds = [
+        Demand(f"{c}{i}", {"L": size, f"h{c}{i}": size}, cojob=c)
+        for c, size in (("A", 1.0), ("B", 2.0), ("C", 3.0))
+        for i in range(3)
+    ]
+    s = schedule("grouper", ds, k=2)
+    by_cojob: dict[str, set[int]] = {}
+    for d in ds:
+        by_cojob.setdefault(d.cojob or "", set()).add(s.classes[d.job])
+    assert all(len(v) == 1 for v in by_cojob.values()), by_cojob
+    assert by_cojob["A"] == {1} and by_cojob["C"] == {0}  # the smallest stage first
+    assert len({c for v in by_cojob.values() for c in v}) == 2  # both classes used
+    # Per job the same order would have split one cojob across the two classes.
+    per_job = to_classes(s.order, 2)
+    assert any(len({per_job[f"{c}{i}"] for i in range(3)}) > 1 for c in "ABC")

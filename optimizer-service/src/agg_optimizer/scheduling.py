@@ -35,7 +35,9 @@ Policies (`POLICIES`):
 
 The mapping (`to_classes`) cuts the order into `k` contiguous groups of equal size (the
 first group gets the top class): the order is kept (a job never has a lower class than a
-job after it), and when there are at least `k` jobs every class is used.
+job after it), and when there are at least `k` jobs every class is used. Under `grouper`
+the groups are cut over cojobs, so a cojob's trials share one class (cutting over jobs
+split 14 of 22 cojobs across classes).
 """
 
 from __future__ import annotations
@@ -226,18 +228,26 @@ POLICIES: dict[str, Callable[..., list[str]]] = {
 }
 
 
-def to_classes(order: Sequence[str], k: int) -> dict[str, int]:
+def to_classes(
+    order: Sequence[str], k: int, unit: Mapping[str, str] | None = None
+) -> dict[str, int]:
     """Cut `order` into `k` contiguous groups of (nearly) equal size: the first group gets
-    class k-1 (served first), the last class 0. Order-preserving, and with at least `k` jobs
-    every class is used."""
+    class k-1 (served first), the last class 0. Order-preserving, and with at least `k`
+    units every class is used. `unit[job]`: jobs that must share a class (a cojob's trials
+    under Grouper); the groups are cut over units, in the order of their first job, and a
+    unit's jobs all take its class. Without it every job is its own unit."""
     if k < 1:
         raise ValueError(f"k: must be >= 1, got {k}")
-    n = len(order)
-    out = {}
-    for i, job in enumerate(order):
-        group = i * min(k, n) // n if n else 0  # 0 .. min(k, n) - 1
-        out[job] = k - 1 - group
-    return out
+    units: list[str] = []
+    key = {}
+    for job in order:
+        u = unit.get(job, f"job:{job}") if unit else f"job:{job}"
+        key[job] = u
+        if u not in units:
+            units.append(u)
+    n = len(units)
+    cls = {u: k - 1 - (i * min(k, n) // n) for i, u in enumerate(units)}  # 0 .. min(k, n)-1
+    return {job: cls[key[job]] for job in order}
 
 
 def schedule(
@@ -247,12 +257,18 @@ def schedule(
     **options: object,
 ) -> Schedule:
     """Order `demands` by `policy` and map the order onto `k` priority classes (`fair`:
-    every job in the top class, i.e. no job above another)."""
+    every job in the top class, i.e. no job above another; `grouper`: a cojob's trials in
+    one class, as they share one position in its order)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: unknown {policy!r}; one of {', '.join(POLICIES)}")
     _check(demands)
     order = POLICIES[policy](demands, **options)
-    classes = {j: k - 1 for j in order} if policy == "fair" else to_classes(order, k)
+    if policy == "fair":
+        classes = {j: k - 1 for j in order}
+    elif policy == "grouper":
+        classes = to_classes(order, k, {d.job: d.cojob for d in demands if d.cojob is not None})
+    else:
+        classes = to_classes(order, k)
     return Schedule(policy=policy, order=order, classes=classes)
 
 

@@ -216,14 +216,22 @@ def is_known_strategy(name: str) -> bool:
     return ok and (not plus or (policy in POLICIES and base in engine.STRATEGIES))
 
 
-def scheduler_for(policy: str, scenario: Scenario) -> Callable[[Cluster], dict[str, int]]:
+def scheduler_for(
+    policy: str, scenario: Scenario, seed: int = 0
+) -> Callable[[Cluster], dict[str, int]]:
     """The Cluster's scheduler for `policy`: every running job's round as a demand (bytes
     per link of its placement's streams, progress, bytes sent in flight), ordered by the
     policy onto classes 1 .. k-1 (0 is the background's). `fair` puts every job in the top
     class: above the background, sharing max-min among themselves (the strategy alone,
-    without `+POLICY`, is per-flow fair sharing with the background too)."""
+    without `+POLICY`, is per-flow fair sharing with the background too).
+
+    The demands are listed in an order drawn from `seed` at every call: where a policy
+    breaks ties by listing order, a gap between policies is then not an artefact of the
+    order jobs were submitted in (reversing only the cojobs' listing moved Grouper's and
+    Sincronia's stage completion times by up to 9%)."""
 
     k = scenario.priority_classes
+    shuffle = np.random.default_rng([seed, 0x5C4ED]).permutation
 
     def sched(cluster: Cluster) -> dict[str, int]:
         fab = cluster.fabric
@@ -254,6 +262,7 @@ def scheduler_for(policy: str, scenario: Scenario) -> Callable[[Cluster], dict[s
                     rounds_left=left,
                 )
             )
+        ds = [ds[i] for i in shuffle(len(ds))]
         s = schedule(policy, ds, k - 1, stage_rounds=stage_rounds)
         return {j: c + 1 for j, c in s.classes.items()}
 
@@ -351,7 +360,7 @@ def run(
         switching_penalty_s=scenario.switching_penalty_s,
         flow_counts=scenario.int_flow_counts,
         ideal=floor,
-        scheduler=scheduler_for(policy, scenario) if policy else None,
+        scheduler=scheduler_for(policy, scenario, seed) if policy else None,
         stage_iterations=scenario.iterations // scenario.stages if scenario.cojobs else 0,
         keep_fraction=scenario.keep_fraction,
         joint_replace=scenario.joint_replace,
