@@ -64,8 +64,8 @@ WORKLOADS = {
 }
 
 
-def scenario(workload: str, classes: int) -> Scenario:
-    extra, strategies, _ = WORKLOADS[workload]
+def scenario(workload: str, classes: int, strategies: list[str]) -> Scenario:
+    extra = WORKLOADS[workload][0]
     return Scenario(
         name=f"{workload}-q{classes}",
         strategies=strategies,
@@ -84,13 +84,8 @@ def figure(workload: str, sc: Scenario, strategy: str, seed: int) -> float:
 
 def _task(args: tuple[str, int, str, int]) -> tuple[str, int, str, int, float]:
     workload, classes, strategy, seed = args
-    return (
-        workload,
-        classes,
-        strategy,
-        seed,
-        figure(workload, scenario(workload, classes), strategy, seed),
-    )
+    sc = scenario(workload, classes, [strategy])
+    return workload, classes, strategy, seed, figure(workload, sc, strategy, seed)
 
 
 def main() -> None:
@@ -100,16 +95,29 @@ def main() -> None:
     ap.add_argument("--sweep", default="3,5,9", help="queues for the sweep of the own policy")
     ap.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--placement", default="agg", help="the placement under every policy (agg, ps, ...)"
+    )
     args = ap.parse_args()
+    place = args.placement
+
+    def under(s: str) -> str:  # "agg+fair" -> "ps+fair" with --placement ps
+        return place + s.removeprefix("agg")
+
+    fair, sinc = under("agg+fair"), under("agg+sincronia")
+    workloads = {
+        w: ([under(s) for s in strategies], under(own))
+        for w, (_, strategies, own) in WORKLOADS.items()
+    }
     main_q = int(args.classes)
     sweep = [int(x) for x in args.sweep.split(",") if x]
     tasks = []
-    for w, (_, strategies, own) in WORKLOADS.items():
+    for w, (strategies, own) in workloads.items():
         for seed in range(args.seeds):
             tasks += [(w, main_q, s, seed) for s in strategies]
             for q in sweep:
                 if q != main_q:
-                    tasks += [(w, q, s, seed) for s in ("agg+fair", "agg+sincronia", own)]
+                    tasks += [(w, q, s, seed) for s in (fair, sinc, own)]
     t0 = time.perf_counter()
     got: dict[tuple[str, int, str, int], float] = {}
     with ProcessPoolExecutor(max_workers=args.processes) as pool:
@@ -128,17 +136,17 @@ def main() -> None:
 
     lines = []
     rows: list[dict] = []
-    for w, (_, strategies, own) in WORKLOADS.items():
+    for w, (strategies, own) in workloads.items():
         metric = "mean SCT" if w == "hp" else "mean time to 90% accuracy"
         lines += [
             f"### `{w}`, {main_q - 1} job classes ({metric}, {args.seeds} seeds)",
             "",
-            f"| strategy | {metric} (s) | vs `agg+fair` | vs `agg+sincronia` |",
+            f"| strategy | {metric} (s) | vs `{fair}` | vs `{sinc}` |",
             "|---|---|---|---|",
         ]
         for s in strategies:
             v = Interval.of([got[(w, main_q, s, seed)] for seed in range(args.seeds)])
-            f, si = gaps(w, main_q, s, "agg+fair"), gaps(w, main_q, s, "agg+sincronia")
+            f, si = gaps(w, main_q, s, fair), gaps(w, main_q, s, sinc)
             lines.append(f"| `{s}` | {v.fmt()} | {pct(f)} | {pct(si)} |")
             rows.append({"workload": w, "queues": main_q, "strategy": s, "value": v.__dict__,
                          "vs_fair": f.__dict__, "vs_sincronia": si.__dict__})  # fmt: skip
@@ -147,17 +155,15 @@ def main() -> None:
             lines += [
                 f"`{own}` by job classes ({args.seeds} seeds):",
                 "",
-                "| job classes | vs `agg+fair` | vs `agg+sincronia` "
-                "| `agg+sincronia` vs `agg+fair` |",
+                f"| job classes | vs `{fair}` | vs `{sinc}` | `{sinc}` vs `{fair}` |",
                 "|---|---|---|---|",
             ]
             for q in sweep:
                 lines.append(
-                    f"| {q - 1} | {pct(gaps(w, q, own, 'agg+fair'))} | "
-                    f"{pct(gaps(w, q, own, 'agg+sincronia'))} | "
-                    f"{pct(gaps(w, q, 'agg+sincronia', 'agg+fair'))} |"
+                    f"| {q - 1} | {pct(gaps(w, q, own, fair))} | {pct(gaps(w, q, own, sinc))} | "
+                    f"{pct(gaps(w, q, sinc, fair))} |"
                 )
-                for s in ("agg+fair", "agg+sincronia", own):
+                for s in (fair, sinc, own):
                     per_seed = [got[(w, q, s, x)] for x in range(args.seeds)]
                     rows.append({"workload": w, "queues": q, "strategy": s, "per_seed": per_seed})
             lines.append("")
