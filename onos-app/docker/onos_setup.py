@@ -76,7 +76,17 @@ class Onos:
     def ok(
         self, method: str, path: str, body: bytes | None = None, ctype: str | None = None
     ) -> Any:
-        status, doc = self.call(method, path, body, ctype)
+        # While ONOS starts, its REST answers 503 until the services a resource needs are up
+        # ("Service org.onosproject.codec.CodecService not found", seen after /applications
+        # already answered 200, in the first real `docker compose up`): that passes, so a
+        # 503 is retried until `wait_s`. Only for calls that may be repeated: the 503 can
+        # come after the work was done (the answer failed to encode); see `upload`.
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            status, doc = self.call(method, path, body, ctype)
+            if status != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(self.poll_s)
         if not 200 <= status < 300:
             detail = (doc or {}).get("message", "") if isinstance(doc, dict) else ""
             said = f"HTTP {status}" if status else "no answer"
@@ -150,9 +160,33 @@ def install(onos: Onos, oar: Path, reinstall: bool) -> str:
             onos.ok("DELETE", f"/applications/{name}")
             current = None
     if current is None:
-        onos.ok("POST", "/applications?activate=true", oar.read_bytes(), "application/octet-stream")
+        upload(onos, name, oar.read_bytes())
+    if onos.state(name) != "ACTIVE":
+        onos.ok("POST", f"/applications/{name}/active")
     onos.wait(f"{name} to be ACTIVE", lambda: onos.state(name) == "ACTIVE")
     return f"{name} {version} installed and active"
+
+
+def upload(onos: Onos, name: str, data: bytes) -> None:
+    """Install the .oar once. A starting ONOS answered 503 ("Service
+    org.onosproject.codec.CodecService not found") to an upload it had carried out: the
+    app was installed, and the retry got 409 "already installed". So after a 503 the app is
+    looked up before the upload is tried again, and a 409 counts as installed."""
+    ctype = "application/octet-stream"
+
+    def done() -> bool:
+        status, doc = onos.call("POST", "/applications?activate=true", data, ctype)
+        if 200 <= status < 300 or status == 409:
+            return True
+        if status == 503:
+            return onos.app(name) is not None
+        detail = (doc or {}).get("message", "") if isinstance(doc, dict) else ""
+        said = f"HTTP {status}" if status else "no answer"
+        raise SetupError(
+            f"POST /applications?activate=true: {said}{': ' + detail if detail else ''}"
+        )
+
+    onos.wait(f"ONOS to take {name}", done)
 
 
 def expected_hosts(shape: str) -> int:

@@ -59,6 +59,9 @@ class StandIn:
             setup.NULL_APP: {"name": setup.NULL_APP, "version": "2.7.0", "state": "INSTALLED"},
         }
         self.starting = starting
+        # uploads answered 503 as a starting ONOS 2.7 answered one: the first one after the
+        # app was installed (the answer failed to encode), the others without doing anything
+        self.codec_missing = 0
         self.log: list[tuple[str, str]] = []
         self.uploads: list[bytes] = []
         self.null_config: dict[str, Any] | None = None
@@ -111,6 +114,13 @@ class StandIn:
         m = re.fullmatch(r"/applications/([\w.]+)(/active)?", p)
         if p == "/applications" and method == "GET":
             return 200, {"applications": list(self.apps.values())}
+        if p == "/applications" and method == "POST" and self.codec_missing > 0:
+            self.codec_missing -= 1
+            self.uploads.append(body)
+            if APP not in self.apps:
+                self.apps[APP] = {"name": APP, "version": "x", "state": "INSTALLED"}
+            msg = "Service org.onosproject.codec.CodecService not found"
+            return 503, {"code": 503, "message": msg}
         if p == "/applications" and method == "POST":
             assert headers.get("Content-Type") == "application/octet-stream"
             self.uploads.append(body)
@@ -181,6 +191,20 @@ def test_install_waits_for_onos_activates_requirements_then_uploads(
     calls = [c for c in onos.log if c[0] == "POST"]
     assert calls == [("POST", f"/onos/v1/applications/{BMV2}/active"),
                      ("POST", "/onos/v1/applications?activate=true")]  # fmt: skip
+
+
+def test_install_retries_an_upload_a_starting_onos_answers_503(
+    onos: StandIn, tmp_path: Path
+) -> None:
+    # The first real `docker compose up`: /applications answered 200, then the upload got
+    # 503 "Service org.onosproject.codec.CodecService not found" and the one-shot exited 1;
+    # retried as it was, the next upload got 409: the 503'd one had installed the app.
+    onos.codec_missing = 1
+    f = tmp_path / "app.oar"
+    f.write_bytes(oar())
+    assert setup.main(["install", str(f)]) == 0
+    assert onos.apps[APP]["state"] == "ACTIVE" and len(onos.uploads) == 1
+    assert ("POST", f"/onos/v1/applications/{APP}/active") in onos.log
 
 
 def test_install_leaves_an_active_app_of_the_same_version(onos: StandIn, tmp_path: Path) -> None:
