@@ -15,7 +15,7 @@ class InstanceError(ValueError):
         self.field = field
         self.message = message
 
-    def __reduce__(self) -> tuple:  # raised in a solver process, re-raised in the service
+    def __reduce__(self) -> tuple:  # picklable: raised in `evaluate --processes` workers too
         return (type(self), (self.field, self.message))
 
 
