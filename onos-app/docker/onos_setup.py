@@ -7,7 +7,7 @@ entrypoint.
         (unless that version is already active), wait until ONOS says ACTIVE
     onos-setup null-fabric SHAPE
         ONOS's null providers simulate a fabric, e.g. spineleaf,2,3,2 (spines, leaves,
-        hosts per leaf); wait until its hosts are known
+        hosts per leaf); wait until its devices, links and hosts are all known
     onos-setup netcfg DIR --grpc-host HOST [--pipeconf ID]
         push the netcfg files p4mn writes for its bmv2 switches (DIR/bmv2-*-netcfg.json),
         with their P4Runtime address pointing at HOST instead of localhost
@@ -38,6 +38,10 @@ from typing import Any
 
 NULL_APP = "org.onosproject.null"
 NULL_CONFIG = "/configuration/org.onosproject.provider.nil.NullProviders"
+
+
+# What a starting ONOS answers for a while to calls that succeed later (see Onos.ok).
+STARTING = (404, 503)
 
 
 class SetupError(Exception):
@@ -79,12 +83,15 @@ class Onos:
         # While ONOS starts, its REST answers 503 until the services a resource needs are up
         # ("Service org.onosproject.codec.CodecService not found", seen after /applications
         # already answered 200, in the first real `docker compose up`): that passes, so a
-        # 503 is retried until `wait_s`. Only for calls that may be repeated: the 503 can
-        # come after the work was done (the answer failed to encode); see `upload`.
+        # 503 is retried until `wait_s`. So is a 404 "Not Found": activating the apps ONOS
+        # starts with restarts its REST context, and a call in between finds no resource
+        # (the stack test's first run: the upload got 404 while ONOS logged "Started
+        # HttpServiceContext onos-rest" again). Only for calls that may be repeated: the
+        # answer can come after the work was done (it failed to encode); see `upload`.
         deadline = time.monotonic() + self.wait_s
         while True:
             status, doc = self.call(method, path, body, ctype)
-            if status != 503 or time.monotonic() > deadline:
+            if status not in STARTING or time.monotonic() > deadline:
                 break
             time.sleep(self.poll_s)
         if not 200 <= status < 300:
@@ -170,15 +177,16 @@ def install(onos: Onos, oar: Path, reinstall: bool) -> str:
 def upload(onos: Onos, name: str, data: bytes) -> None:
     """Install the .oar once. A starting ONOS answered 503 ("Service
     org.onosproject.codec.CodecService not found") to an upload it had carried out: the
-    app was installed, and the retry got 409 "already installed". So after a 503 the app is
-    looked up before the upload is tried again, and a 409 counts as installed."""
+    app was installed, and the retry got 409 "already installed"; another time 404 while
+    its REST context restarted. So after a 503 or 404 the app is looked up before the
+    upload is tried again, and a 409 counts as installed."""
     ctype = "application/octet-stream"
 
     def done() -> bool:
         status, doc = onos.call("POST", "/applications?activate=true", data, ctype)
         if 200 <= status < 300 or status == 409:
             return True
-        if status == 503:
+        if status in STARTING:
             return onos.app(name) is not None
         detail = (doc or {}).get("message", "") if isinstance(doc, dict) else ""
         said = f"HTTP {status}" if status else "no answer"
@@ -189,28 +197,59 @@ def upload(onos: Onos, name: str, data: bytes) -> None:
     onos.wait(f"ONOS to take {name}", done)
 
 
-def expected_hosts(shape: str) -> int:
-    """Hosts the null providers create for a spine-leaf shape (spines, leaves, hosts per leaf)."""
+def expected_fabric(shape: str) -> tuple[int, int, int]:
+    """(devices, directed links, hosts) the null providers create for a spine-leaf shape
+    (spines, leaves, hosts per leaf); for other shapes at least one device and one host."""
     parts = shape.split(",")
     if parts[0] == "spineleaf" and len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
-        return int(parts[2]) * int(parts[3])
-    return 1
+        spines, leaves, per_leaf = map(int, parts[1:])
+        return spines + leaves, 2 * spines * leaves, leaves * per_leaf
+    return 1, 0, 1
 
 
-def null_fabric(onos: Onos, shape: str) -> str:
+def expected_hosts(shape: str) -> int:
+    return expected_fabric(shape)[2]
+
+
+def null_fabric(onos: Onos, shape: str, repost_s: float = 30.0) -> str:
+    """Desired state, then reconcile: ONOS's null providers configured with `shape` and
+    enabled, until its devices, links and hosts are all there. The configuration is posted
+    again whenever ONOS does not show it, and every `repost_s` while the fabric is
+    incomplete: the stack test's first runs saw a POST answered 200 and lost (activating the
+    app restarted ONOS's component configuration; the providers came up with their defaults,
+    enabled=false), so the one-shot waited for hosts that never came."""
     onos.up()
     onos.activate(NULL_APP)
-    body = json.dumps({"topoShape": shape, "enabled": "true"}).encode()
-    onos.ok("POST", NULL_CONFIG, body, "application/json")
-    want = expected_hosts(shape)
+    want = {"topoShape": shape, "enabled": "true"}
+    body = json.dumps(want).encode()
+    devices, links, hosts = expected_fabric(shape)
+    posted = [float("-inf")]
+    last: dict[str, int] = {}
 
-    def hosts() -> int:
-        status, doc = onos.call("GET", "/hosts")
-        return len((doc or {}).get("hosts", [])) if status == 200 else 0
+    def count(path: str) -> int:
+        status, doc = onos.call("GET", path)
+        return len((doc or {}).get(path.strip("/"), [])) if status == 200 else 0
 
-    onos.wait(f"{want} simulated hosts", lambda: hosts() >= want)
-    devices = len((onos.ok("GET", "/devices") or {}).get("devices", []))
-    return f"null fabric {shape}: {devices} devices, {hosts()} hosts"
+    def configured() -> bool:
+        status, doc = onos.call("GET", NULL_CONFIG)
+        props = (doc or {}).get(NULL_CONFIG.rsplit("/", 1)[1], {}) if status == 200 else {}
+        return all(str(props.get(k, "")).lower() == v for k, v in want.items())
+
+    def complete() -> bool:
+        last.update(devices=count("/devices"), links=count("/links"), hosts=count("/hosts"))
+        if last["devices"] >= devices and last["links"] >= links and last["hosts"] >= hosts:
+            return True
+        if not configured() or time.monotonic() - posted[0] > repost_s:
+            onos.ok("POST", NULL_CONFIG, body, "application/json")
+            posted[0] = time.monotonic()
+        return False
+
+    try:
+        onos.wait(f"{devices} devices, {links} links and {hosts} hosts", complete)
+    except SetupError as e:
+        raise SetupError(f"{e} (last: {last})") from None
+    d, n, h = last["devices"], last["links"], last["hosts"]
+    return f"null fabric {shape}: {d} devices, {n} links, {h} hosts"
 
 
 def merged_netcfg(files: list[Path], grpc_host: str, pipeconf: str | None) -> dict[str, Any]:

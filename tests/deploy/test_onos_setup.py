@@ -62,11 +62,18 @@ class StandIn:
         # uploads answered 503 as a starting ONOS 2.7 answered one: the first one after the
         # app was installed (the answer failed to encode), the others without doing anything
         self.codec_missing = 0
+        # uploads answered 404 as ONOS 2.7 answered one while its REST context restarted
+        # (activating drivers.bmv2 and friends); nothing installed
+        self.restarting = 0
         self.log: list[tuple[str, str]] = []
         self.uploads: list[bytes] = []
         self.null_config: dict[str, Any] | None = None
         self.netcfg: dict[str, Any] | None = None
         self.hosts: list[dict[str, str]] = []
+        self.devices: list[dict[str, str]] = []
+        self.links: list[dict[str, Any]] = []
+        self.null_posts = 0
+        self.config_lost = 0
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -121,6 +128,9 @@ class StandIn:
                 self.apps[APP] = {"name": APP, "version": "x", "state": "INSTALLED"}
             msg = "Service org.onosproject.codec.CodecService not found"
             return 503, {"code": 503, "message": msg}
+        if p == "/applications" and method == "POST" and self.restarting > 0:
+            self.restarting -= 1
+            return 404, {"code": 404, "message": "Not Found"}
         if p == "/applications" and method == "POST":
             assert headers.get("Content-Type") == "application/octet-stream"
             self.uploads.append(body)
@@ -145,14 +155,25 @@ class StandIn:
             return 204, None
         if p == setup.NULL_CONFIG and method == "POST":
             assert self.apps[setup.NULL_APP]["state"] == "ACTIVE"
+            self.null_posts += 1
+            if self.config_lost > 0:  # answered 200, then lost as ONOS 2.7 lost one
+                self.config_lost -= 1
+                return 200, None
             self.null_config = json.loads(body)
-            _spines, leaves, per_leaf = map(int, self.null_config["topoShape"].split(",")[1:])
+            spines, leaves, per_leaf = map(int, self.null_config["topoShape"].split(",")[1:])
+            self.devices = [{"id": f"null:{i:016x}"} for i in range(spines + leaves)]
+            self.links = [{"src": {}, "dst": {}} for _ in range(2 * spines * leaves)]
             self.hosts = [{"id": f"00:00:00:00:00:{i:02x}/None"} for i in range(leaves * per_leaf)]
             return 200, None
+        if p == setup.NULL_CONFIG and method == "GET":
+            props = {"topoShape": "configured", "enabled": "false", **(self.null_config or {})}
+            return 200, {setup.NULL_CONFIG.rsplit("/", 1)[1]: props}
         if p == "/hosts":
             return 200, {"hosts": self.hosts}
         if p == "/devices":
-            return 200, {"devices": [{"id": "null:1"}, {"id": "null:2"}]}
+            return 200, {"devices": self.devices}
+        if p == "/links":
+            return 200, {"links": self.links}
         if p == "/network/configuration" and method == "POST":
             self.netcfg = json.loads(body)
             return 200, None
@@ -207,6 +228,19 @@ def test_install_retries_an_upload_a_starting_onos_answers_503(
     assert ("POST", f"/onos/v1/applications/{APP}/active") in onos.log
 
 
+def test_install_retries_an_upload_answered_404_while_onos_restarts_its_rest(
+    onos: StandIn, tmp_path: Path
+) -> None:
+    # The stack test's first run: the upload got 404 "Not Found" while ONOS restarted its
+    # REST context; onos-app exited 1 and the synthetic fabric never came.
+    onos.restarting = 2
+    f = tmp_path / "app.oar"
+    f.write_bytes(oar())
+    assert setup.main(["install", str(f)]) == 0
+    assert onos.apps[APP]["state"] == "ACTIVE" and onos.restarting == 0
+    assert len(onos.uploads) == 1
+
+
 def test_install_leaves_an_active_app_of_the_same_version(onos: StandIn, tmp_path: Path) -> None:
     f = tmp_path / "app.oar"
     f.write_bytes(oar())
@@ -248,11 +282,35 @@ def test_install_fails_in_one_line(
     assert err.endswith("(last: no answer)") and "\n" not in err
 
 
-def test_null_fabric_activates_the_null_providers_and_waits_for_hosts(onos: StandIn) -> None:
+def test_null_fabric_activates_the_null_providers_and_waits_for_the_fabric(
+    onos: StandIn, capsys: pytest.CaptureFixture
+) -> None:
     assert setup.main(["null-fabric", "spineleaf,2,3,2"]) == 0
     assert onos.apps[setup.NULL_APP]["state"] == "ACTIVE"
     assert onos.null_config == {"topoShape": "spineleaf,2,3,2", "enabled": "true"}
-    assert setup.expected_hosts("spineleaf,2,3,2") == 6
+    assert onos.null_posts == 1
+    out = capsys.readouterr().out
+    assert "5 devices, 12 links, 6 hosts" in out
+    assert setup.expected_fabric("spineleaf,2,3,2") == (5, 12, 6)
+
+
+def test_null_fabric_posts_again_a_configuration_onos_lost(onos: StandIn) -> None:
+    # The stack test's first runs: the POST was answered 200, ONOS restarted its component
+    # configuration while activating the null app, the providers started with their
+    # defaults (enabled=false), and onos-fabric waited for hosts that never came.
+    onos.config_lost = 2
+    assert setup.main(["null-fabric", "spineleaf,2,3,2"]) == 0
+    assert onos.null_posts == 3 and len(onos.hosts) == 6
+
+
+def test_null_fabric_gives_up_saying_what_it_saw(
+    onos: StandIn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    onos.config_lost = 10**6
+    monkeypatch.setenv("ONOS_WAIT_S", "0.5")
+    assert setup.main(["null-fabric", "spineleaf,2,3,2"]) == 1
+    err = capsys.readouterr().err
+    assert "5 devices, 12 links and 6 hosts" in err and "'hosts': 0" in err
 
 
 def p4mn_netcfg(switch: str, port: int) -> dict[str, Any]:

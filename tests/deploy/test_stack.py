@@ -178,10 +178,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_the_stack_places_a_job_end_to_end_and_keeps_it_across_down_and_up(stack: Stack) -> None:
     onos = lambda p: stack.url("ONOS_PORT", "/onos/v1" + p)  # noqa: E731
-    # The null fabric of the synthetic profile, and our app, active.
-    devices = until(lambda: http(onos("/devices"), headers=ONOS_AUTH)[1]["devices"],
-                    "the null fabric's devices in ONOS")  # fmt: skip
-    assert len(devices) >= 5
+    # The null fabric of the synthetic profile (the one-shot exits 0 once its devices,
+    # links and hosts are all there), and our app, active.
+    r = stack.compose("wait", "onos-fabric", timeout=900)
+    said = stack.compose("logs", "--no-color", "onos-fabric").stdout
+    assert r.returncode == 0 and r.stdout.strip().endswith("exited with status code 0"), (
+        f"onos-fabric: {r.stdout}{said}"
+    )
+    assert "5 devices, 12 links, 6 hosts" in said, said
+    devices = http(onos("/devices"), headers=ONOS_AUTH)[1]["devices"]
+    assert len(devices) == 5, devices
     code, app = http(onos("/applications/org.innetagg.app"), headers=ONOS_AUTH)
     assert code == 200 and app["state"] == "ACTIVE", app
     hosts = until(lambda: http(onos("/hosts"), headers=ONOS_AUTH)[1]["hosts"], "hosts")
