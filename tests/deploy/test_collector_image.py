@@ -1,8 +1,8 @@
 """The collector's image, built from its Dockerfile by a real Docker engine, runs as its own
 user and stays healthy: it loads the receive path compiled at build time from a cache folder
 that user owns (a root-owned one made every start fail: numba refuses a cache folder it
-cannot write). Skipped, saying why, where no engine runs or the base image is missing (no
-registry can be reached here: docs/deploy.md says how the base image was stood in for)."""
+cannot write). Skipped, saying why, where no engine runs; where no registry can be reached
+the base image is a local stand-in (tests/deploy/standins/README.md)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ import pytest
 from int_collector import children
 from int_collector.influxd import free_port
 
+from . import standin_images
+
 REPO = Path(__file__).resolve().parents[2]
-BASE = "python:3.11-slim-bookworm"
 TAG = "innet-agg/int-collector:test"
 
 
@@ -37,9 +38,7 @@ def _engine_missing() -> str | None:
             return "no Docker engine answers `docker info`"
     except subprocess.TimeoutExpired:
         return "`docker info` did not answer in 20 s"
-    if _docker("image", "inspect", BASE).returncode != 0:
-        return f"base image {BASE} not present and no registry to pull it from"
-    return None
+    return standin_images.missing_base()
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +46,10 @@ def image() -> str:
     why = _engine_missing()
     if why:
         pytest.skip(f"collector image not run: {why}")
+    try:
+        standin_images.base_images(print)  # where no registry can be reached
+    except standin_images.StandInError as e:
+        pytest.fail(str(e))
     # Cold on a busy machine: uv sync and the numba compile inside the build.
     r = _docker("build", "-f", "int-collector/Dockerfile", "-t", TAG, str(REPO), timeout=1800)
     assert r.returncode == 0, r.stderr[-4000:]

@@ -26,15 +26,10 @@ import pytest
 
 from int_collector.influxd import free_port
 
+from . import standin_images
 from .conftest import COMPOSE_FILE, REPO
 
-STANDINS = REPO / "tests" / "deploy" / "standins"
 OVERRIDE = REPO / "tests" / "deploy" / "compose.standins.yml"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "innet-agg"
-INFLUXD = CACHE / "influxdb-1.8.10" / "bin" / "influxd"
-ONOS_TREE = CACHE / "onos-2.7.0" / "onos-2.7.0"
-JAVA11 = CACHE / "jre-11.0.13.1" / "java-runtime"
-BASES = ("python:3.11-slim-bookworm", "maven:3.9-eclipse-temurin-17", "docker/dockerfile:1")
 UP_TIMEOUT_S = 1800  # image builds from cold caches on a loaded 2-core machine
 
 
@@ -53,44 +48,11 @@ def missing() -> str | None:
             return "no `docker compose` (v2 plugin)"
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"docker did not answer: {e}"
-    absent = [b for b in BASES if _docker("image", "inspect", b, timeout=30).returncode]
-    if absent:
-        return f"base image(s) neither pulled nor built locally: {', '.join(absent)}"
-    for what, path in (("influxd 1.8.10 (make influxdb)", INFLUXD),
-                       ("ONOS 2.7.0 (make onos)", ONOS_TREE / "bin" / "onos-service"),
-                       ("Java 11 runtime (make onos)", JAVA11 / "bin" / "java")):  # fmt: skip
-        if not path.exists():
-            return f"no {what} at {path} for the stand-in images"
-    return None
+    return standin_images.missing_inputs()
 
 
-# Not yet passing (issue 32, in progress): with a real engine the stack came up healthy and
-# the one-shot services completed (onos-setup: "null fabric spineleaf,2,3,2: 5 devices, 6
-# hosts" when started by hand), but this test's first run saw no device in 600 s.
-WIP = (
-    ""
-    if os.environ.get("INNET_AGG_DOCKER_STACK") == "1"
-    else (
-        "work in progress (issue 32): its first run with a real engine did not see the null "
-        "fabric's devices; INNET_AGG_DOCKER_STACK=1 runs it"
-    )
-)
-REASON = WIP or missing()
+REASON = missing()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=str(REASON))
-
-
-def build_standins(tmp: Path) -> None:
-    """influxdb:2.7 and onosproject/onos:2.7.0 from what is reachable (standins/README.md)."""
-    influx = tmp / "influxdb"
-    shutil.copytree(STANDINS / "influxdb", influx)
-    shutil.copy2(INFLUXD, influx / "influxd")
-    onos = tmp / "onos"
-    shutil.copytree(STANDINS / "onos", onos)
-    shutil.copytree(ONOS_TREE, onos / "onos", symlinks=True)
-    shutil.copytree(JAVA11, onos / "java", symlinks=True)
-    for tag, ctx in (("influxdb:2.7", influx), ("onosproject/onos:2.7.0", onos)):
-        r = _docker("build", "-t", tag, str(ctx), timeout=900)
-        assert r.returncode == 0, f"building the stand-in {tag}: {r.stderr[-3000:]}"
 
 
 class Stack:
@@ -167,7 +129,11 @@ ONOS_AUTH = {"Authorization": "Basic b25vczpyb2Nrcw=="}  # onos:rocks, the defau
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
-    build_standins(tmp)
+    standin_images.remove_stale_projects()
+    try:
+        standin_images.build_all()
+    except standin_images.StandInError as e:
+        pytest.fail(str(e))
     s = Stack(tmp)
     try:
         s.up()
