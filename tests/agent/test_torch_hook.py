@@ -55,9 +55,10 @@ def train_all(tmp: Path, allreduce: str, extra: list[str] | None = None) -> td.R
     ]
     try:
         said = [p.communicate(timeout=DEADLINE_S) for p in procs]
-        for rank, (p, (out, err)) in enumerate(zip(procs, said, strict=True)):
+        for rank, (p, (stdout, err)) in enumerate(zip(procs, said, strict=True)):
             assert p.returncode == 0, (
-                f"rank {rank} exited {p.returncode}; stdout: {out[-1000:]}\nstderr: {err[-3000:]}"
+                f"rank {rank} exited {p.returncode}; stdout: {stdout[-1000:]}\n"
+                f"stderr: {err[-3000:]}"
             )
     finally:
         for p in procs:
