@@ -8,10 +8,20 @@ import org.onosproject.net.HostLocation;
 import org.onosproject.net.Link;
 import org.onosproject.net.PortNumber;
 import org.onosproject.net.device.DeviceService;
+import org.onosproject.mastership.MastershipEvent;
+import org.onosproject.mastership.MastershipListener;
+import org.onosproject.mastership.MastershipService;
+import org.onosproject.net.flow.FlowEntry;
+import org.onosproject.net.flow.FlowId;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleService;
 import org.onosproject.net.host.HostService;
 import org.onosproject.net.link.LinkService;
+import org.onosproject.store.serializers.KryoNamespaces;
+import org.onosproject.store.service.ConsistentMap;
+import org.onosproject.store.service.Serializer;
+import org.onosproject.store.service.StorageService;
+import org.onosproject.store.service.Versioned;
 import org.osgi.service.component.annotations.Activate;
 import org.osgi.service.component.annotations.Component;
 import org.osgi.service.component.annotations.Deactivate;
@@ -22,23 +32,43 @@ import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.function.Predicate;
 
 import static org.innetagg.onos.aggregation.JobNumberService.Holder.AGGREGATION;
+import static org.innetagg.onos.pipeconf.P4InfoConstants.INGRESS_PIPE_AGGREGATION_AGG_JOB;
+import static org.onlab.util.Tools.groupedThreads;
 
 /**
- * Keeps each job's placement and its agg_job entries. State is in memory on the instance
- * that served the request (single-instance ONOS; a cluster would need a distributed store).
- * Job numbers come from {@link JobNumberService}, shared with the traffic-class resource.
+ * Keeps each job's placement and its agg_job entries. The placements are desired state in a
+ * consistent map of ONOS's distributed store ({@link StoredPlacement}): every node of a
+ * cluster serves the same jobs, and a node that restarts finds them there. Job numbers come
+ * from {@link JobNumberService}, shared with the traffic-class resource.
+ *
+ * <p>Order of writes: the number, then the desired state, then the flow rules (through
+ * {@link FlowRuleService}, whose store is ONOS's). A node that dies between the desired state
+ * and the rules leaves entries missing or stale; {@link #reconcile} makes the switches'
+ * agg_job entries those the stored placements need, on activation (every node) and when this
+ * node becomes a device's master. Two nodes changing one job at once: each record is replaced
+ * only at the version read (compare-and-set), so each node removes exactly the stale entries
+ * of the record it replaced; a node whose record was replaced again before its rules went out
+ * reconciles the job's switches, so the last record wins on the switches too.
  */
 @Component(immediate = true, service = AggregationService.class)
 public class AggregationManager implements AggregationService {
     public static final String APP_NAME = "org.innetagg.app";
+
+    static final String MAP = "innet-agg-placements";
+    /** Placements by job, on top of ONOS's API namespace. */
+    public static final Serializer SERIALIZER = Serializer.using(KryoNamespaces.API, StoredPlacement.class);
 
     private final Logger log = LoggerFactory.getLogger(getClass());
 
@@ -54,30 +84,68 @@ public class AggregationManager implements AggregationService {
     protected FlowRuleService flowRuleService;
     @Reference(cardinality = ReferenceCardinality.MANDATORY)
     protected JobNumberService jobNumbers;
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected StorageService storageService;
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected MastershipService mastershipService;
 
     protected ApplicationId appId;
-    private final Map<String, AppliedPlacement> jobs = new ConcurrentHashMap<>();
+    /** Where mastership changes are reconciled, off ONOS's event thread (tests run it inline). */
+    protected Executor reconciler;
+    private ExecutorService ownReconciler;
+    private ConsistentMap<String, StoredPlacement> jobs;
+    private final MastershipListener mastershipListener = event -> {
+        if (event.type() == MastershipEvent.Type.MASTER_CHANGED
+                && mastershipService.isLocalMaster(event.subject())) {
+            reconciler.execute(() -> reconcile(Set.of(event.subject())::contains));
+        }
+    };
 
     @Activate
     protected void activate() {
-        appId = coreService.registerApplication(APP_NAME);
-        log.info("Started");
+        // The hook runs when an operator deactivates or uninstalls the app, not when this node
+        // stops: only then are the jobs forgotten and their entries removed.
+        appId = coreService.registerApplication(APP_NAME, this::appDeactivating);
+        jobs = storageService.<String, StoredPlacement>consistentMapBuilder()
+                .withName(MAP)
+                .withSerializer(SERIALIZER)
+                .build();
+        if (reconciler == null) {
+            ownReconciler = Executors.newSingleThreadExecutor(groupedThreads("innet-agg", "reconcile-%d", log));
+            reconciler = ownReconciler;
+        }
+        mastershipService.addListener(mastershipListener);
+        reconcile(d -> true);
+        log.info("Started with {} placements", jobs.size());
     }
 
+    /**
+     * This node stops (ONOS shuts down, or the app is being deactivated: then
+     * {@link #appDeactivating} has run first). The placements and their entries stay: they are
+     * the cluster's, and this node reconciles them when it starts again.
+     */
     @Deactivate
     protected void deactivate() {
+        mastershipService.removeListener(mastershipListener);
+        if (ownReconciler != null) {
+            ownReconciler.shutdownNow();
+            ownReconciler = null;
+            reconciler = null;
+        }
+        log.info("Stopped");
+    }
+
+    /** The app is deactivated (on every node): its entries go, and with them the placements. */
+    protected synchronized void appDeactivating() {
         // The entries of this app only (agg_job, traffic_class, INT): forwarding rules of
         // intents belong to other apps.
         flowRuleService.removeFlowRulesById(appId);
         jobs.clear();
         jobNumbers.releaseAll(AGGREGATION);
-        log.info("Stopped");
     }
 
     @Override
     public synchronized AppliedPlacement apply(JobPlacement placement) throws InvalidPlacementException {
-        AppliedPlacement previous = jobs.get(placement.jobId);
-        List<DeviceId> devices = new ArrayList<>();
         List<PortNumber> ports = new ArrayList<>();
         for (AggregatorConfig agg : placement.aggregators) {
             DeviceId device;
@@ -95,66 +163,149 @@ public class AggregationManager implements AggregationService {
                         "device '" + agg.switchId + "' is not available");
             }
             checkPoolFree(placement.jobId, agg);
-            devices.add(device);
             ports.add(nextHopPort(agg, placement.workerPaths).orElseThrow(() -> new InvalidPlacementException(
                     agg.field("next_hop"), "no link from '" + agg.switchId + "' towards '" + agg.nextHop + "'")));
         }
         // The job's number if it has one (from a previous placement or its traffic class).
         int number = jobNumbers.acquire(placement.jobId, AGGREGATION);
-        List<FlowRule> rules = new ArrayList<>();
-        for (int i = 0; i < devices.size(); i++) {
-            rules.add(AggregationTranslator.aggJobRule(appId, devices.get(i), number,
-                    placement.aggregators.get(i), ports.get(i)));
-        }
-        if (previous != null) {
-            Set<FlowRule> keep = new HashSet<>(rules);
-            FlowRule[] stale = previous.rules.stream()
-                    .filter(r -> keep.stream().noneMatch(k -> k.exactMatch(r)))
-                    .toArray(FlowRule[]::new);
-            if (stale.length > 0) {
-                flowRuleService.removeFlowRules(stale);
+        for (;;) {
+            StoredPlacement record = new StoredPlacement(placement, number, ports);
+            Versioned<StoredPlacement> previous = jobs.get(placement.jobId);
+            if (!(previous == null ? jobs.putIfAbsent(placement.jobId, record) == null
+                    : jobs.replace(placement.jobId, previous.version(), record))) {
+                continue;
             }
+            // Taken again after the write: a DELETE of this job on another node may have let
+            // the number go in between (it releases before it looks for a record again).
+            int held = jobNumbers.acquire(placement.jobId, AGGREGATION);
+            if (held != number) {
+                number = held;
+                continue;
+            }
+            List<FlowRule> rules = record.rules(appId);
+            if (previous != null) {
+                removeStale(previous.value().rules(appId), rules);
+            }
+            flowRuleService.applyFlowRules(rules.toArray(new FlowRule[0]));
+            settle(placement.jobId, record, rules, previous == null ? List.of() : previous.value().rules(appId));
+            return record.applied(appId, previous == null);
         }
-        flowRuleService.applyFlowRules(rules.toArray(new FlowRule[0]));
-        AppliedPlacement applied = new AppliedPlacement(placement, number, rules, previous == null);
-        jobs.put(placement.jobId, applied);
-        return applied;
     }
 
     @Override
     public Optional<AppliedPlacement> get(String jobId) {
-        return Optional.ofNullable(jobs.get(jobId));
+        Versioned<StoredPlacement> stored = jobs.get(jobId);
+        return stored == null ? Optional.empty() : Optional.of(stored.value().applied(appId, false));
     }
 
     @Override
     public List<AppliedPlacement> placements() {
-        List<AppliedPlacement> all = new ArrayList<>(jobs.values());
+        List<AppliedPlacement> all = new ArrayList<>();
+        jobs.values().forEach(v -> all.add(v.value().applied(appId, false)));
         all.sort(Comparator.comparing(a -> a.placement.jobId));
         return List.copyOf(all);
     }
 
     @Override
     public synchronized boolean remove(String jobId) {
-        AppliedPlacement applied = jobs.remove(jobId);
-        if (applied == null) {
-            return false;
-        }
-        if (!applied.rules.isEmpty()) {
-            flowRuleService.removeFlowRules(applied.rules.toArray(new FlowRule[0]));
+        Versioned<StoredPlacement> stored;
+        do {
+            stored = jobs.get(jobId);
+            if (stored == null) {
+                return false;
+            }
+        } while (!jobs.remove(jobId, stored.version()));
+        List<FlowRule> rules = stored.value().rules(appId);
+        if (!rules.isEmpty()) {
+            flowRuleService.removeFlowRules(rules.toArray(new FlowRule[0]));
         }
         jobNumbers.release(jobId, AGGREGATION);
+        // Released first, looked for after: a placement another node wrote meanwhile keeps a
+        // number (its own check after writing, or this one, takes it again).
+        Versioned<StoredPlacement> since = jobs.get(jobId);
+        if (since != null) {
+            try {
+                jobNumbers.acquire(jobId, AGGREGATION);
+            } catch (InvalidPlacementException e) {
+                log.warn("{}: placed again while deleted, and no number is free: {}", jobId, e.getMessage());
+            }
+            settle(jobId, null, List.of(), rules);
+        }
         return true;
     }
 
-    private void checkPoolFree(String jobId, AggregatorConfig agg) throws InvalidPlacementException {
-        for (AppliedPlacement other : jobs.values()) {
-            if (other.placement.jobId.equals(jobId)) {
+    /**
+     * The switches' agg_job entries of this app on the devices {@code which} accepts become
+     * those the stored placements need: entries no placement needs are removed, missing or
+     * different ones written.
+     */
+    public synchronized void reconcile(Predicate<DeviceId> which) {
+        Map<FlowId, FlowRule> wanted = new HashMap<>();
+        jobs.values().forEach(v -> v.value().rules(appId).stream()
+                .filter(r -> which.test(r.deviceId()))
+                .forEach(r -> wanted.put(r.id(), r)));
+        List<FlowRule> stale = new ArrayList<>();
+        Iterable<FlowEntry> present = flowRuleService.getFlowEntriesById(appId);
+        for (FlowEntry e : present == null ? List.<FlowEntry>of() : present) {
+            if (!e.table().equals(INGRESS_PIPE_AGGREGATION_AGG_JOB) || !which.test(e.deviceId())) {
                 continue;
             }
-            for (AggregatorConfig o : other.placement.aggregators) {
+            FlowRule want = wanted.get(e.id());
+            if (want == null) {
+                stale.add(e);
+            } else if (want.exactMatch(e)) {
+                wanted.remove(e.id());
+            }
+        }
+        if (!stale.isEmpty()) {
+            flowRuleService.removeFlowRules(stale.toArray(new FlowRule[0]));
+        }
+        if (!wanted.isEmpty()) {
+            flowRuleService.applyFlowRules(wanted.values().toArray(new FlowRule[0]));
+        }
+        if (!stale.isEmpty() || !wanted.isEmpty()) {
+            log.info("Reconciled agg_job entries: {} removed, {} written", stale.size(), wanted.size());
+        }
+    }
+
+    /**
+     * After this node wrote {@code mine} (null: removed the job) and its rules: when another
+     * node has changed the job since, the rules written here may have overtaken theirs, and
+     * the switches of both are reconciled.
+     */
+    private void settle(String jobId, StoredPlacement mine, List<FlowRule> written, List<FlowRule> before) {
+        Versioned<StoredPlacement> now = jobs.get(jobId);
+        if (now == null ? mine == null : now.value().equals(mine)) {
+            return;
+        }
+        Set<DeviceId> touched = new HashSet<>();
+        written.forEach(r -> touched.add(r.deviceId()));
+        before.forEach(r -> touched.add(r.deviceId()));
+        if (now != null) {
+            now.value().rules(appId).forEach(r -> touched.add(r.deviceId()));
+        }
+        reconcile(touched::contains);
+    }
+
+    private void removeStale(List<FlowRule> previous, List<FlowRule> rules) {
+        FlowRule[] stale = previous.stream()
+                .filter(r -> rules.stream().noneMatch(k -> k.exactMatch(r)))
+                .toArray(FlowRule[]::new);
+        if (stale.length > 0) {
+            flowRuleService.removeFlowRules(stale);
+        }
+    }
+
+    private void checkPoolFree(String jobId, AggregatorConfig agg) throws InvalidPlacementException {
+        for (Versioned<StoredPlacement> stored : jobs.values()) {
+            JobPlacement other = stored.value().placement();
+            if (other.jobId.equals(jobId)) {
+                continue;
+            }
+            for (AggregatorConfig o : other.aggregators) {
                 if (o.switchId.equals(agg.switchId) && o.overlaps(agg)) {
                     throw new InvalidPlacementException(agg.field("pool"), "slots [" + agg.poolBase + ", "
-                            + (agg.poolBase + agg.poolSize) + ") overlap job '" + other.placement.jobId
+                            + (agg.poolBase + agg.poolSize) + ") overlap job '" + other.jobId
                             + "' on '" + agg.switchId + "'");
                 }
             }

@@ -1,84 +1,107 @@
 package org.innetagg.onos.aggregation;
 
+import org.onosproject.store.serializers.KryoNamespaces;
+import org.onosproject.store.service.ConsistentMap;
+import org.onosproject.store.service.Serializer;
+import org.onosproject.store.service.StorageService;
+import org.onosproject.store.service.Versioned;
+import org.osgi.service.component.annotations.Activate;
 import org.osgi.service.component.annotations.Component;
-import org.osgi.service.component.annotations.Deactivate;
+import org.osgi.service.component.annotations.Reference;
+import org.osgi.service.component.annotations.ReferenceCardinality;
 
-import java.util.EnumSet;
-import java.util.HashMap;
-import java.util.Map;
+import java.util.List;
 import java.util.Optional;
-import java.util.Set;
+import java.util.function.Function;
 
 import static org.innetagg.onos.pipeconf.P4InfoConstants.INGRESS_PIPE_AGGREGATION_AGG_JOB_SIZE;
 
 /**
- * Job numbers in memory on this instance, like the placements and classes that hold them
- * (single-instance ONOS; a cluster would need a distributed store).
+ * Job numbers in ONOS's distributed store, the same on every node of a cluster and kept
+ * across a node's restart.
+ *
+ * <p>Why one compare-and-set value ({@link JobNumberTable} under one key of a consistent
+ * map) rather than a map number -> job with {@code putIfAbsent}: taking a number for a new job
+ * must keep two invariants at once, a number is one job's and a job has one number. A
+ * number -> job map makes the first atomic, but two nodes taking a number for the same new
+ * job at once would each take one, and undoing the loser's is a second write a crash can
+ * skip (a number lost until someone notices). Replacing the whole table only if its version is
+ * still the one read makes every change one atomic write; a node that loses the race reads
+ * the winner's table and tries again. 256 jobs at most, written only when a job gains or loses
+ * a holder: the value stays small and contention low.
  */
 @Component(immediate = true, service = JobNumberService.class)
 public class JobNumberRegistry implements JobNumberService {
     /** Job numbers the data plane can hold at once: one agg_job entry per job and switch. */
     public static final int JOB_NUMBERS = INGRESS_PIPE_AGGREGATION_AGG_JOB_SIZE;
 
-    /** A job's number and who holds it (never empty: a job nobody holds is removed). */
-    private static final class Held {
-        final int number;
-        final Set<Holder> holders = EnumSet.noneOf(Holder.class);
+    static final String MAP = "innet-agg-job-numbers";
+    private static final String KEY = "table";
+    /** The values of this registry's map, on top of ONOS's API namespace. */
+    public static final Serializer SERIALIZER = Serializer.using(KryoNamespaces.API,
+            JobNumberTable.class, JobNumberTable.Held.class);
 
-        Held(int number) {
-            this.number = number;
-        }
-    }
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected StorageService storageService;
 
-    private final Map<String, Held> jobs = new HashMap<>();
+    private ConsistentMap<String, JobNumberTable> table;
 
-    @Deactivate
-    protected synchronized void deactivate() {
-        jobs.clear();
-    }
-
-    @Override
-    public synchronized int acquire(String jobId, Holder holder) throws InvalidPlacementException {
-        Held held = jobs.get(jobId);
-        if (held == null) {
-            held = new Held(lowestFree());
-            jobs.put(jobId, held);
-        }
-        held.holders.add(holder);
-        return held.number;
+    @Activate
+    protected void activate() {
+        table = storageService.<String, JobNumberTable>consistentMapBuilder()
+                .withName(MAP)
+                .withSerializer(SERIALIZER)
+                .build();
     }
 
     @Override
-    public synchronized Optional<Integer> number(String jobId) {
-        Held held = jobs.get(jobId);
-        return held == null ? Optional.empty() : Optional.of(held.number);
-    }
-
-    @Override
-    public synchronized void release(String jobId, Holder holder) {
-        Held held = jobs.get(jobId);
-        if (held != null) {
-            held.holders.remove(holder);
-            if (held.holders.isEmpty()) {
-                jobs.remove(jobId);
+    public int acquire(String jobId, Holder holder) throws InvalidPlacementException {
+        for (;;) {
+            Versioned<JobNumberTable> read = table.get(KEY);
+            JobNumberTable now = read == null ? JobNumberTable.EMPTY : read.value();
+            if (now.holds(jobId, holder)) {
+                return now.number(jobId).orElseThrow();
+            }
+            int number = now.number(jobId).isPresent() ? now.number(jobId).get()
+                    : now.lowestFree(JOB_NUMBERS).orElseThrow(() -> new InvalidPlacementException(
+                            503, "job", "all " + JOB_NUMBERS + " job numbers are in use"));
+            if (swap(read, now.withHolder(jobId, holder, number))) {
+                return number;
             }
         }
     }
 
     @Override
-    public synchronized void releaseAll(Holder holder) {
-        jobs.values().forEach(h -> h.holders.remove(holder));
-        jobs.values().removeIf(h -> h.holders.isEmpty());
+    public Optional<Integer> number(String jobId) {
+        Versioned<JobNumberTable> read = table.get(KEY);
+        return read == null ? Optional.empty() : read.value().number(jobId);
     }
 
-    private int lowestFree() throws InvalidPlacementException {
-        boolean[] used = new boolean[JOB_NUMBERS];
-        jobs.values().forEach(h -> used[h.number] = true);
-        for (int n = 0; n < JOB_NUMBERS; n++) {
-            if (!used[n]) {
-                return n;
+    @Override
+    public void release(String jobId, Holder holder) {
+        update(t -> t.without(List.of(jobId), holder));
+    }
+
+    @Override
+    public void releaseAll(Holder holder) {
+        update(t -> t.without(t.jobIds(), holder));
+    }
+
+    private void update(Function<JobNumberTable, JobNumberTable> change) {
+        for (;;) {
+            Versioned<JobNumberTable> read = table.get(KEY);
+            if (read == null) {
+                return;
+            }
+            JobNumberTable next = change.apply(read.value());
+            if (next.equals(read.value()) || swap(read, next)) {
+                return;
             }
         }
-        throw new InvalidPlacementException(503, "job", "all " + JOB_NUMBERS + " job numbers are in use");
+    }
+
+    /** Writes {@code next} if the table is still at the version {@code read} (null: absent). */
+    private boolean swap(Versioned<JobNumberTable> read, JobNumberTable next) {
+        return read == null ? table.putIfAbsent(KEY, next) == null : table.replace(KEY, read.version(), next);
     }
 }

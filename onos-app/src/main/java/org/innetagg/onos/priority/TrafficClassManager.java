@@ -9,9 +9,19 @@ import org.onosproject.core.CoreService;
 import org.onosproject.net.Device;
 import org.onosproject.net.DeviceId;
 import org.onosproject.net.device.DeviceService;
+import org.onosproject.mastership.MastershipEvent;
+import org.onosproject.mastership.MastershipListener;
+import org.onosproject.mastership.MastershipService;
+import org.onosproject.net.flow.FlowEntry;
+import org.onosproject.net.flow.FlowId;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleService;
 import org.onosproject.net.pi.service.PiPipeconfService;
+import org.onosproject.store.serializers.KryoNamespaces;
+import org.onosproject.store.service.ConsistentMap;
+import org.onosproject.store.service.Serializer;
+import org.onosproject.store.service.StorageService;
+import org.onosproject.store.service.Versioned;
 import org.osgi.service.component.annotations.Activate;
 import org.osgi.service.component.annotations.Component;
 import org.osgi.service.component.annotations.Deactivate;
@@ -22,23 +32,37 @@ import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.function.Predicate;
 import java.util.stream.Collectors;
 import java.util.stream.StreamSupport;
 
 import static org.innetagg.onos.aggregation.JobNumberService.Holder.TRAFFIC_CLASS;
+import static org.innetagg.onos.pipeconf.P4InfoConstants.INGRESS_PIPE_TRAFFIC_CLASS_TRAFFIC_CLASS;
+import static org.onlab.util.Tools.groupedThreads;
 
 /**
- * Keeps each job's traffic class and its traffic_class entries, one per switch. State is in
- * memory on this instance, like the aggregation placements; the job's number is shared with
- * them through {@link JobNumberService}.
+ * Keeps each job's traffic class and its traffic_class entries, one per switch. The classes
+ * are desired state in a consistent map of ONOS's distributed store ({@link StoredClass}),
+ * written before the entries and reconciled into them on activation and when this node
+ * becomes a device's master, like the aggregation placements (see
+ * {@link AggregationManager} for the order of writes and what two nodes changing one job at
+ * once do); the job's number is shared with them through {@link JobNumberService}.
  */
 @Component(immediate = true, service = TrafficClassService.class)
 public class TrafficClassManager implements TrafficClassService {
+
+    static final String MAP = "innet-agg-traffic-classes";
+    /** Classes by job, on top of ONOS's API namespace. */
+    public static final Serializer SERIALIZER = Serializer.using(KryoNamespaces.API, StoredClass.class);
 
     private final Logger log = LoggerFactory.getLogger(getClass());
 
@@ -52,83 +76,187 @@ public class TrafficClassManager implements TrafficClassService {
     protected FlowRuleService flowRuleService;
     @Reference(cardinality = ReferenceCardinality.MANDATORY)
     protected JobNumberService jobNumbers;
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected StorageService storageService;
+    @Reference(cardinality = ReferenceCardinality.MANDATORY)
+    protected MastershipService mastershipService;
 
     protected ApplicationId appId;
-    private final Map<String, AppliedClass> jobs = new ConcurrentHashMap<>();
+    /** Where mastership changes are reconciled, off ONOS's event thread (tests run it inline). */
+    protected Executor reconciler;
+    private ExecutorService ownReconciler;
+    private ConsistentMap<String, StoredClass> jobs;
+    private final MastershipListener mastershipListener = event -> {
+        if (event.type() == MastershipEvent.Type.MASTER_CHANGED
+                && mastershipService.isLocalMaster(event.subject())) {
+            reconciler.execute(() -> reconcile(Set.of(event.subject())::contains));
+        }
+    };
 
     @Activate
     protected void activate() {
-        appId = coreService.registerApplication(AggregationManager.APP_NAME);
-        log.info("Started");
+        appId = coreService.registerApplication(AggregationManager.APP_NAME, this::appDeactivating);
+        jobs = storageService.<String, StoredClass>consistentMapBuilder()
+                .withName(MAP)
+                .withSerializer(SERIALIZER)
+                .build();
+        if (reconciler == null) {
+            ownReconciler = Executors.newSingleThreadExecutor(groupedThreads("innet-agg", "classes-%d", log));
+            reconciler = ownReconciler;
+        }
+        mastershipService.addListener(mastershipListener);
+        reconcile(d -> true);
+        log.info("Started with {} classes", jobs.size());
+    }
+
+    /** This node stops: the classes and their entries stay, as the placements do. */
+    @Deactivate
+    protected void deactivate() {
+        mastershipService.removeListener(mastershipListener);
+        if (ownReconciler != null) {
+            ownReconciler.shutdownNow();
+            ownReconciler = null;
+            reconciler = null;
+        }
+        log.info("Stopped");
     }
 
     /**
-     * Removes the entries this component wrote. The aggregation manager removes every entry
-     * of the app when the app is deactivated; this one removes its own only, so that it never
-     * takes away entries another component of the app still accounts for.
+     * The app is deactivated: removes the entries of the stored classes. The aggregation
+     * manager removes every entry of the app then; this one removes its own only, so that it
+     * never takes away entries another component of the app still accounts for.
      */
-    @Deactivate
-    protected synchronized void deactivate() {
-        FlowRule[] written = jobs.values().stream().flatMap(a -> a.rules.stream()).toArray(FlowRule[]::new);
+    protected synchronized void appDeactivating() {
+        FlowRule[] written = jobs.values().stream().flatMap(v -> v.value().rules(appId).stream())
+                .toArray(FlowRule[]::new);
         if (written.length > 0) {
             flowRuleService.removeFlowRules(written);
         }
         jobs.clear();
         jobNumbers.releaseAll(TRAFFIC_CLASS);
-        log.info("Stopped");
     }
 
     @Override
     public synchronized AppliedClass apply(JobClass jobClass) throws InvalidPlacementException {
-        AppliedClass previous = jobs.get(jobClass.jobId);
         List<DeviceId> devices = jobClass.switches.isPresent()
                 ? listedSwitches(jobClass.switches.get()) : ourAvailableSwitches();
         int number = jobNumbers.acquire(jobClass.jobId, TRAFFIC_CLASS);
-        List<FlowRule> rules = devices.stream()
-                .map(d -> TrafficClassTranslator.classRule(appId, d, number, jobClass.priorityClass))
-                .collect(Collectors.toList());
-        if (previous != null) {
+        for (;;) {
+            StoredClass record = new StoredClass(jobClass, number, devices);
+            Versioned<StoredClass> previous = jobs.get(jobClass.jobId);
+            if (!(previous == null ? jobs.putIfAbsent(jobClass.jobId, record) == null
+                    : jobs.replace(jobClass.jobId, previous.version(), record))) {
+                continue;
+            }
+            // As AggregationManager#apply: a DELETE elsewhere may have let the number go.
+            int held = jobNumbers.acquire(jobClass.jobId, TRAFFIC_CLASS);
+            if (held != number) {
+                number = held;
+                continue;
+            }
+            List<FlowRule> rules = record.rules(appId);
+            List<FlowRule> before = previous == null ? List.of() : previous.value().rules(appId);
             // One entry per job and switch, same match: a switch still listed gets its entry
             // rewritten (same flow id) by the apply below; only the others are removed.
             Set<DeviceId> still = Set.copyOf(devices);
-            FlowRule[] stale = previous.rules.stream()
-                    .filter(r -> !still.contains(r.deviceId()))
-                    .toArray(FlowRule[]::new);
+            FlowRule[] stale = before.stream().filter(r -> !still.contains(r.deviceId())).toArray(FlowRule[]::new);
             if (stale.length > 0) {
                 flowRuleService.removeFlowRules(stale);
             }
+            if (!rules.isEmpty()) {
+                flowRuleService.applyFlowRules(rules.toArray(new FlowRule[0]));
+            }
+            settle(jobClass.jobId, record, rules, before);
+            return record.applied(appId, previous == null);
         }
-        if (!rules.isEmpty()) {
-            flowRuleService.applyFlowRules(rules.toArray(new FlowRule[0]));
-        }
-        AppliedClass applied = new AppliedClass(jobClass, number, devices, rules, previous == null);
-        jobs.put(jobClass.jobId, applied);
-        return applied;
     }
 
     @Override
     public Optional<AppliedClass> get(String jobId) {
-        return Optional.ofNullable(jobs.get(jobId));
+        Versioned<StoredClass> stored = jobs.get(jobId);
+        return stored == null ? Optional.empty() : Optional.of(stored.value().applied(appId, false));
     }
 
     @Override
     public List<AppliedClass> classes() {
-        List<AppliedClass> all = new ArrayList<>(jobs.values());
+        List<AppliedClass> all = new ArrayList<>();
+        jobs.values().forEach(v -> all.add(v.value().applied(appId, false)));
         all.sort(Comparator.comparing(a -> a.jobClass.jobId));
         return List.copyOf(all);
     }
 
     @Override
     public synchronized boolean remove(String jobId) {
-        AppliedClass applied = jobs.remove(jobId);
-        if (applied == null) {
-            return false;
-        }
-        if (!applied.rules.isEmpty()) {
-            flowRuleService.removeFlowRules(applied.rules.toArray(new FlowRule[0]));
+        Versioned<StoredClass> stored;
+        do {
+            stored = jobs.get(jobId);
+            if (stored == null) {
+                return false;
+            }
+        } while (!jobs.remove(jobId, stored.version()));
+        List<FlowRule> rules = stored.value().rules(appId);
+        if (!rules.isEmpty()) {
+            flowRuleService.removeFlowRules(rules.toArray(new FlowRule[0]));
         }
         jobNumbers.release(jobId, TRAFFIC_CLASS);
+        // Released first, looked for after (AggregationManager#remove).
+        if (jobs.get(jobId) != null) {
+            try {
+                jobNumbers.acquire(jobId, TRAFFIC_CLASS);
+            } catch (InvalidPlacementException e) {
+                log.warn("{}: class posted again while deleted, and no number is free: {}", jobId, e.getMessage());
+            }
+            settle(jobId, null, List.of(), rules);
+        }
         return true;
+    }
+
+    /**
+     * The traffic_class entries of this app on the devices {@code which} accepts become those
+     * the stored classes need.
+     */
+    public synchronized void reconcile(Predicate<DeviceId> which) {
+        Map<FlowId, FlowRule> wanted = new HashMap<>();
+        jobs.values().forEach(v -> v.value().rules(appId).stream()
+                .filter(r -> which.test(r.deviceId()))
+                .forEach(r -> wanted.put(r.id(), r)));
+        List<FlowRule> stale = new ArrayList<>();
+        Iterable<FlowEntry> present = flowRuleService.getFlowEntriesById(appId);
+        for (FlowEntry e : present == null ? List.<FlowEntry>of() : present) {
+            if (!e.table().equals(INGRESS_PIPE_TRAFFIC_CLASS_TRAFFIC_CLASS) || !which.test(e.deviceId())) {
+                continue;
+            }
+            FlowRule want = wanted.get(e.id());
+            if (want == null) {
+                stale.add(e);
+            } else if (want.exactMatch(e)) {
+                wanted.remove(e.id());
+            }
+        }
+        if (!stale.isEmpty()) {
+            flowRuleService.removeFlowRules(stale.toArray(new FlowRule[0]));
+        }
+        if (!wanted.isEmpty()) {
+            flowRuleService.applyFlowRules(wanted.values().toArray(new FlowRule[0]));
+        }
+        if (!stale.isEmpty() || !wanted.isEmpty()) {
+            log.info("Reconciled traffic_class entries: {} removed, {} written", stale.size(), wanted.size());
+        }
+    }
+
+    /** As AggregationManager#settle: reconciles the job's switches when another node changed it since. */
+    private void settle(String jobId, StoredClass mine, List<FlowRule> written, List<FlowRule> before) {
+        Versioned<StoredClass> now = jobs.get(jobId);
+        if (now == null ? mine == null : now.value().equals(mine)) {
+            return;
+        }
+        Set<DeviceId> touched = new HashSet<>();
+        written.forEach(r -> touched.add(r.deviceId()));
+        before.forEach(r -> touched.add(r.deviceId()));
+        if (now != null) {
+            now.value().rules(appId).forEach(r -> touched.add(r.deviceId()));
+        }
+        reconcile(touched::contains);
     }
 
     /**

@@ -166,7 +166,7 @@ public class AggregationManagerTest {
         assertEquals(2, rules.removed.size());
         assertFalse(manager.remove("resnet-a"));
         assertFalse(manager.get("resnet-a").isPresent());
-        manager.deactivate();
+        TestTopology.deactivateApp(manager);
         assertEquals(1, rules.removedByApp.size());
         assertEquals(TestTopology.APP, rules.removedByApp.get(0));
     }

@@ -1,5 +1,6 @@
 package org.innetagg.onos.aggregation;
 
+import org.innetagg.onos.TestStorage;
 import org.junit.Test;
 
 import java.util.Optional;
@@ -11,7 +12,7 @@ import static org.junit.Assert.fail;
 
 /** Job numbers shared by the aggregation and traffic-class resources. */
 public class JobNumberRegistryTest {
-    private final JobNumberRegistry numbers = new JobNumberRegistry();
+    private final JobNumberRegistry numbers = TestTopology.numbers(new TestStorage());
 
     @Test
     public void aJobKeepsItsNumberAndANewJobGetsTheLowestFree() throws Exception {

@@ -1,9 +1,9 @@
 package org.innetagg.onos.aggregation;
 
 import org.innetagg.onos.TestElements;
+import org.innetagg.onos.TestStorage;
 import org.innetagg.onos.pipeconf.PipeconfLoader;
 import org.onosproject.core.ApplicationId;
-import org.onosproject.core.CoreService;
 import org.onosproject.core.CoreServiceAdapter;
 import org.onosproject.core.DefaultApplicationId;
 import org.onosproject.net.Device;
@@ -13,6 +13,12 @@ import org.onosproject.net.HostId;
 import org.onosproject.net.Link;
 import org.onosproject.net.device.DeviceService;
 import org.onosproject.net.device.DeviceServiceAdapter;
+import org.onosproject.mastership.MastershipEvent;
+import org.onosproject.mastership.MastershipInfo;
+import org.onosproject.mastership.MastershipListener;
+import org.onosproject.mastership.MastershipServiceAdapter;
+import org.onosproject.net.flow.DefaultFlowEntry;
+import org.onosproject.net.flow.FlowEntry;
 import org.onosproject.net.flow.FlowId;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleServiceAdapter;
@@ -22,9 +28,11 @@ import org.onosproject.net.link.LinkServiceAdapter;
 import org.onosproject.net.pi.PiPipeconfServiceAdapter;
 import org.onosproject.net.pi.model.PiPipeconfId;
 import org.onosproject.net.pi.service.PiPipeconfService;
+import org.onosproject.store.service.StorageService;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -44,6 +52,14 @@ public final class TestTopology {
     /** A manager on this topology whose flow rules go nowhere (for the REST tests). */
     public static AggregationService newManager() {
         return manager(new RecordingFlowRules());
+    }
+
+    /** Job numbers in {@code storage} (one registry per node; nodes share the storage). */
+    public static JobNumberRegistry numbers(StorageService storage) {
+        JobNumberRegistry numbers = new JobNumberRegistry();
+        numbers.storageService = storage;
+        numbers.activate();
+        return numbers;
     }
 
     public static final ApplicationId APP = new DefaultApplicationId(7, AggregationManager.APP_NAME);
@@ -67,15 +83,23 @@ public final class TestTopology {
     private TestTopology() {
     }
 
-    /** A manager wired to this topology and to a recording flow rule service. */
+    /** A manager wired to this topology and to a recording flow rule service, with a store of its own. */
     static AggregationManager manager(RecordingFlowRules rules) {
-        return manager(rules, new JobNumberRegistry());
+        TestStorage storage = new TestStorage();
+        return manager(rules, numbers(storage), storage);
     }
 
-    /** The same, taking job numbers from {@code numbers} (shared with a traffic-class manager). */
-    public static AggregationManager manager(RecordingFlowRules rules, JobNumberService numbers) {
+    /**
+     * The same, one node's: job numbers from {@code numbers} (shared with a traffic-class
+     * manager), placements in {@code storage} (shared with other nodes' managers).
+     */
+    public static AggregationManager manager(RecordingFlowRules rules, JobNumberService numbers,
+                                             StorageService storage) {
         AggregationManager m = new AggregationManager();
         m.coreService = coreService();
+        m.storageService = storage;
+        m.mastershipService = new TestMastership();
+        m.reconciler = Runnable::run;
         m.deviceService = deviceService();
         m.linkService = new LinkServiceAdapter() {
             @Override
@@ -95,19 +119,75 @@ public final class TestTopology {
         return m;
     }
 
-    /** Stops the manager as OSGi would (for tests outside this package). */
+    /** Stops the manager as OSGi would when its node stops (for tests outside this package). */
     public static void deactivate(AggregationManager m) {
         m.deactivate();
     }
 
+    /** The operator deactivates the app: ONOS runs the hook the manager registered, then stops it. */
+    public static void deactivateApp(AggregationManager m) {
+        ((TestCore) m.coreService).deactivateApp();
+        m.deactivate();
+    }
+
+    /** A device's mastership moves to the manager's node (ONOS's MASTER_CHANGED event). */
+    public static void becomeMaster(AggregationManager m, DeviceId device) {
+        ((TestMastership) m.mastershipService).becomeMaster(device);
+    }
+
     /** Registers the app as {@link #APP}. */
-    public static CoreService coreService() {
-        return new CoreServiceAdapter() {
-            @Override
-            public ApplicationId registerApplication(String name) {
-                return APP;
-            }
-        };
+    public static TestCore coreService() {
+        return new TestCore();
+    }
+
+    /** Registers the app as {@link #APP}, keeping the hooks ONOS runs when the app is deactivated. */
+    public static final class TestCore extends CoreServiceAdapter {
+        private final List<Runnable> hooks = new ArrayList<>();
+
+        @Override
+        public ApplicationId registerApplication(String name) {
+            return APP;
+        }
+
+        @Override
+        public ApplicationId registerApplication(String name, Runnable preDeactivate) {
+            hooks.add(preDeactivate);
+            return APP;
+        }
+
+        /** Runs the hooks, as ONOS's ApplicationManager does before it uninstalls the app's features. */
+        public void deactivateApp() {
+            hooks.forEach(Runnable::run);
+            hooks.clear();
+        }
+    }
+
+    /** This node is master of the devices it was told of, and tells its listeners when that changes. */
+    public static final class TestMastership extends MastershipServiceAdapter {
+        private final Set<DeviceId> local = new HashSet<>();
+        private final List<MastershipListener> listeners = new ArrayList<>();
+
+        @Override
+        public boolean isLocalMaster(DeviceId deviceId) {
+            return local.contains(deviceId);
+        }
+
+        @Override
+        public void addListener(MastershipListener listener) {
+            listeners.add(listener);
+        }
+
+        @Override
+        public void removeListener(MastershipListener listener) {
+            listeners.remove(listener);
+        }
+
+        public void becomeMaster(DeviceId device) {
+            local.add(device);
+            MastershipEvent event = new MastershipEvent(MastershipEvent.Type.MASTER_CHANGED, device,
+                    new MastershipInfo());
+            List.copyOf(listeners).forEach(l -> l.event(event));
+        }
     }
 
     /** The devices of this topology; all but leaf3 are available. */
@@ -161,6 +241,22 @@ public final class TestTopology {
         public void removeFlowRules(FlowRule... flowRules) {
             removed.addAll(Arrays.asList(flowRules));
             Arrays.stream(flowRules).forEach(r -> installed.remove(r.id()));
+        }
+
+        @Override
+        public Iterable<FlowEntry> getFlowEntriesById(ApplicationId id) {
+            return installed.values().stream().filter(r -> r.appId() == id.id())
+                    .map(DefaultFlowEntry::new).collect(Collectors.toList());
+        }
+
+        /** Rules that reach the switches without the manager (another node's, or left by a crash). */
+        public void install(FlowRule... flowRules) {
+            Arrays.stream(flowRules).forEach(r -> installed.put(r.id(), r));
+        }
+
+        /** The switches lose every rule (a new test flow rule service: nothing was written). */
+        public void wipe() {
+            installed.clear();
         }
 
         @Override

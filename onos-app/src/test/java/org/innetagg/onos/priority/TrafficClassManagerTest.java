@@ -3,6 +3,7 @@ package org.innetagg.onos.priority;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import org.innetagg.onos.TestStorage;
 import org.innetagg.onos.aggregation.AggregationManager;
 import org.innetagg.onos.aggregation.AppliedPlacement;
 import org.innetagg.onos.aggregation.InvalidPlacementException;
@@ -72,9 +73,10 @@ public class TrafficClassManagerTest {
     @Before
     public void setUp() {
         rules = new TestTopology.RecordingFlowRules();
-        numbers = new JobNumberRegistry();
-        classes = TestTrafficClasses.manager(rules, numbers);
-        aggregation = TestTopology.manager(rules, numbers);
+        TestStorage storage = new TestStorage();
+        numbers = TestTopology.numbers(storage);
+        classes = TestTrafficClasses.manager(rules, numbers, storage);
+        aggregation = TestTopology.manager(rules, numbers, storage);
     }
 
     static JobClass jobClass(String job, int cls, String... switches) throws Exception {
@@ -340,7 +342,7 @@ public class TrafficClassManagerTest {
         classes.apply(jobClass("ps-only", 5, "device:leaf1"));
         int aggEntries = rules.installed(INGRESS_PIPE_AGGREGATION_AGG_JOB).size();
         assertEquals(2, aggEntries);
-        classes.deactivate();
+        TestTrafficClasses.deactivateApp(classes);
         assertEquals(List.of(), classEntries());
         assertEquals(List.of(), rules.removedByApp);
         assertEquals(aggEntries, rules.installed(INGRESS_PIPE_AGGREGATION_AGG_JOB).size());
@@ -356,8 +358,8 @@ public class TrafficClassManagerTest {
         classes.apply(jobClass("ps-only", 5));
         assertEquals(8, rules.installed().size());
         // OSGi stops the components that use the job numbers in either order.
-        TestTopology.deactivate(aggregation);
-        classes.deactivate();
+        TestTopology.deactivateApp(aggregation);
+        TestTrafficClasses.deactivateApp(classes);
         assertEquals(List.of(), rules.installed());
         assertEquals(Optional.empty(), numbers.number("resnet-a"));
         assertEquals(Optional.empty(), numbers.number("ps-only"));

@@ -2,6 +2,7 @@ package org.innetagg.onos.web;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import org.innetagg.onos.TestStorage;
 import org.innetagg.onos.aggregation.JobNumberRegistry;
 import org.innetagg.onos.aggregation.TestTopology;
 import org.innetagg.onos.priority.TestTrafficClasses;
@@ -36,8 +37,9 @@ public class TrafficClassWebResourceTest {
 
     @Before
     public void setUp() {
-        numbers = new JobNumberRegistry();
-        service = TestTrafficClasses.manager(new TestTopology.RecordingFlowRules(), numbers);
+        TestStorage storage = new TestStorage();
+        numbers = TestTopology.numbers(storage);
+        service = TestTrafficClasses.manager(new TestTopology.RecordingFlowRules(), numbers, storage);
         resource = new TrafficClassWebResource() {
             @Override
             @SuppressWarnings("unchecked")
