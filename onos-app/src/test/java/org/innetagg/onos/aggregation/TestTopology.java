@@ -225,7 +225,7 @@ public final class TestTopology {
      * Records what the manager applies and removes, and keeps what would be on the switches:
      * like ONOS, a rule with the flow id of an installed one replaces it.
      */
-    public static final class RecordingFlowRules extends FlowRuleServiceAdapter {
+    public static class RecordingFlowRules extends FlowRuleServiceAdapter {
         public final List<FlowRule> applied = new ArrayList<>();
         public final List<FlowRule> removed = new ArrayList<>();
         public final List<ApplicationId> removedByApp = new ArrayList<>();
