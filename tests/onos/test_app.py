@@ -25,6 +25,7 @@ from agg_optimizer.service.telemetry import int_switch_ids
 
 REPO = Path(__file__).resolve().parents[2]
 ONOS_APP = "org.innetagg.app"
+BUNDLE = "org.innetagg.innet-agg-onos"
 FIXTURES = REPO / "onos-app" / "src" / "test" / "resources" / "placements"
 RESOURCE = "/onos/innet-agg/aggregation"
 
@@ -131,6 +132,41 @@ def test_a_placement_becomes_agg_job_rules_replace_and_delete_clean_up(
         assert onos_real.request("DELETE", url).status_code == 204
     onosd.wait_for(lambda: not onos_real.table_flows(".agg_job"))
     assert onos_real.request("GET", url).status_code == 404
+
+
+def test_a_placement_outlives_the_bundle_restarting_and_its_entries_are_written_again(
+    onos_real: onosd.OnosServer,
+) -> None:
+    """The app's components stop and start while the app stays active, as on a node's
+    restart (onos-app/README.md, "Where the state lives"): the placement is read back from
+    ONOS's store with its number, and its agg_job entries, removed while the bundle was
+    stopped, are written again by the reconcile on activation."""
+    ids = fabric_ids(onos_real)
+    doc = fixture("valid.json", ids)
+    switches = {a["switch"] for a in json.loads(doc)["jobs"][0]["aggregators"]}
+    url = f"{RESOURCE}/resnet-a"
+    r = onos_real.request("POST", url, data=doc, headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    posted = r.json()
+    try:
+        onosd.wait_for(
+            lambda: {f["deviceId"] for f in onos_real.table_flows(".agg_job")} == switches
+        )
+        onos_real.cli(f"bundle:stop {BUNDLE}")
+        try:
+            gone = onos_real.request("DELETE", f"/flows/application/{ONOS_APP}")
+            assert gone.status_code in (200, 204), gone.text
+            onosd.wait_for(lambda: not onos_real.table_flows(".agg_job"))
+        finally:
+            onos_real.cli(f"bundle:start {BUNDLE}")
+        onosd.wait_for(lambda: onos_real.request("GET", url).status_code == 200, 180)
+        assert onos_real.request("GET", url).json() == posted
+        onosd.wait_for(
+            lambda: {f["deviceId"] for f in onos_real.table_flows(".agg_job")} == switches
+        )
+    finally:
+        assert onos_real.request("DELETE", url).status_code == 204
+    onosd.wait_for(lambda: not onos_real.table_flows(".agg_job"))
 
 
 def test_int_switch_id_netcfg_annotation_reaches_the_device_and_the_service(

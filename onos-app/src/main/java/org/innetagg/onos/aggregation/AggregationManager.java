@@ -250,6 +250,11 @@ public class AggregationManager implements AggregationService {
             if (!e.table().equals(INGRESS_PIPE_AGGREGATION_AGG_JOB) || !which.test(e.deviceId())) {
                 continue;
             }
+            if (e.state() == FlowEntry.FlowEntryState.PENDING_REMOVE
+                    || e.state() == FlowEntry.FlowEntryState.REMOVED) {
+                // On its way out: a wanted one is written again.
+                continue;
+            }
             FlowRule want = wanted.get(e.id());
             if (want == null) {
                 stale.add(e);

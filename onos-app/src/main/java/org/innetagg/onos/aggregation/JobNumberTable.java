@@ -68,7 +68,8 @@ public final class JobNumberTable {
     JobNumberTable withHolder(String jobId, Holder holder, int number) {
         Held held = jobs.get(jobId);
         Map<String, Held> next = new HashMap<>(jobs);
-        next.put(jobId, held == null ? new Held(number, bit(holder)) : new Held(held.number, held.holders | bit(holder)));
+        next.put(jobId, held == null ? new Held(number, bit(holder))
+                : new Held(held.number, held.holders | bit(holder)));
         return new JobNumberTable(ImmutableMap.copyOf(next));
     }
 

@@ -226,6 +226,11 @@ public class TrafficClassManager implements TrafficClassService {
             if (!e.table().equals(INGRESS_PIPE_TRAFFIC_CLASS_TRAFFIC_CLASS) || !which.test(e.deviceId())) {
                 continue;
             }
+            if (e.state() == FlowEntry.FlowEntryState.PENDING_REMOVE
+                    || e.state() == FlowEntry.FlowEntryState.REMOVED) {
+                // On its way out: a wanted one is written again.
+                continue;
+            }
             FlowRule want = wanted.get(e.id());
             if (want == null) {
                 stale.add(e);
