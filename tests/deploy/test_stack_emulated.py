@@ -4,7 +4,7 @@ docs/deploy.md tells a user to: the three switches of `tree,depth=2,fanout=2` co
 available in ONOS with our pipeconf applied (its driver, and the packet-in rules ONOS's
 providers asked for written through it), links found by LLDP, hosts learned from their ARP;
 then ONOS's INT app configured as docs/onos-int.md says, traffic between two Mininet hosts,
-and its INT reports through the report network of mininet/int_report.py, the collector and
+and its INT reports through the report network of p4/mininet/int_report.py, the collector and
 into InfluxDB, one series for each of the three switches on the path.
 
 `opennetworking/p4mn:stable` is stood in for by a local image of Debian's Mininet and the
@@ -45,7 +45,7 @@ PIPECONF = "org.innetagg.bmv2"
 INT_APP = "org.onosproject.inbandtelemetry"
 TEST_APP = "org.innetagg.deploy.emulated"
 SWITCHES = {f"device:bmv2:s{i}" for i in (1, 2, 3)}
-# Each switch's last port, linked to the report network (mininet/int_report.py): s1 has two
+# Each switch's last port, linked to the report network (p4/mininet/int_report.py): s1 has two
 # switches below it, s2 and s3 two hosts and s1 above.
 REPORT_PORTS = {"device:bmv2:s1": "3", "device:bmv2:s2": "4", "device:bmv2:s3": "4"}
 # tree,depth=2,fanout=2: s1 above s2 (h1, h2) and s3 (h3, h4); Mininet's addresses
@@ -65,13 +65,7 @@ def missing() -> str | None:
     return stack_missing()
 
 
-# Opt-in while issue 32 is open, as test_stack.py was.
-WIP = (
-    ""
-    if os.environ.get("INNET_AGG_DOCKER_STACK") == "1"
-    else "opt-in while issue 32 is open: INNET_AGG_DOCKER_STACK=1 runs it"
-)
-REASON = WIP or missing()
+REASON = missing()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=str(REASON))
 
 
