@@ -272,19 +272,42 @@ def merged_netcfg(files: list[Path], grpc_host: str, pipeconf: str | None) -> di
 
 
 def netcfg(
-    onos: Onos, directory: Path, grpc_host: str, pipeconf: str | None, settle_s: float
+    onos: Onos,
+    directory: Path,
+    grpc_host: str,
+    pipeconf: str | None,
+    settle_s: float,
+    ready_file: str | None = None,
 ) -> str:
     def files() -> list[Path]:
         return sorted(directory.glob("bmv2-*-netcfg.json"))
 
-    onos.wait(f"p4mn's netcfg files in {directory}", lambda: bool(files()))
-    # p4mn writes one file per switch as each starts; take them once no new one came for a while.
-    seen, since = files(), time.monotonic()
-    while time.monotonic() - since < settle_s:
-        time.sleep(min(onos.poll_s, settle_s))
-        now = files()
-        if now != seen:
-            seen, since = now, time.monotonic()
+    if ready_file:
+        # Written by p4/mininet/int_report.py once every switch's file is complete: exactly
+        # this run's files (stale ones of an earlier, larger topology stay out).
+        ready = directory / ready_file
+        listed: list[Path] = []
+
+        def complete() -> bool:
+            try:
+                names = json.loads(ready.read_text())["files"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return False
+            listed[:] = [directory / n for n in names]
+            return bool(listed) and all(p.exists() for p in listed)
+
+        onos.wait(f"{ready} naming this run's netcfg files", complete)
+        seen = listed
+    else:
+        onos.wait(f"p4mn's netcfg files in {directory}", lambda: bool(files()))
+        # p4mn writes one file per switch as each starts; take them once no new one came
+        # for a while.
+        seen, since = files(), time.monotonic()
+        while time.monotonic() - since < settle_s:
+            time.sleep(min(onos.poll_s, settle_s))
+            now = files()
+            if now != seen:
+                seen, since = now, time.monotonic()
     doc = merged_netcfg(seen, grpc_host, pipeconf)
     onos.up()
     onos.ok("POST", "/network/configuration", json.dumps(doc).encode(), "application/json")
@@ -304,6 +327,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--grpc-host", required=True, help="host name of the p4mn container")
     c.add_argument("--pipeconf", help="pipeconf id to set on every device")
     c.add_argument("--settle-s", type=float, default=5.0, help="quiet time before pushing")
+    c.add_argument("--ready-file", help="wait for this file in DIR listing the files to push")
     return p
 
 
@@ -323,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "null-fabric":
             done = null_fabric(onos, args.shape)
         else:
-            done = netcfg(onos, args.directory, args.grpc_host, args.pipeconf, args.settle_s)
+            done = netcfg(onos, args.directory, args.grpc_host, args.pipeconf, args.settle_s,
+                          args.ready_file)  # fmt: skip
     except (SetupError, ValueError) as e:
         print(f"onos-setup: error: {e}", file=sys.stderr)
         return 1

@@ -36,6 +36,9 @@ from mininet.topo import LinearTopo, MinimalTopo, SingleSwitchReversedTopo, Sing
 from mininet.topolib import TorusTopo, TreeTopo
 
 INT_REPORT_NODE = "int1"
+# Written once every switch's netcfg file is annotated: the files of this run (onos-netcfg
+# `--ready-file`, beside the netcfg files in /tmp).
+READY = "/tmp/innet-agg-netcfg-ready.json"
 INT_REPORT_TOPOS = {
     "minimal": MinimalTopo,
     "linear": LinearTopo,
@@ -107,12 +110,20 @@ class IntReportNode(Switch):
 
     @classmethod
     def batchStartup(cls, switches):
-        """After every switch's start(), so p4mn has written their netcfg files."""
+        """After every switch's start(), so p4mn has written their netcfg files; then the
+        ready marker names the files of this run, so onos-netcfg pushes those, complete,
+        and no stale file an earlier, larger topology left in the volume."""
+        files = []
         for node in switches:
-            node.annotate()
+            files += node.annotate()
+        with open(READY + ".new", "w") as f:
+            json.dump({"files": sorted(os.path.basename(p) for p in files)}, f)
+        os.rename(READY + ".new", READY)
         return switches
 
     def annotate(self):
+        """Annotate the netcfg files of this node's switches; returns their paths."""
+        done = []
         for intf in self.intfList():
             if intf.link is None:
                 continue
@@ -131,6 +142,8 @@ class IntReportNode(Switch):
             with open(path + ".new", "w") as f:
                 json.dump(doc, f, indent=4)
             os.rename(path + ".new", path)
+            done.append(path)
+        return done
 
 
 def int_report_topo(base="minimal", *args, **kwargs):
@@ -140,6 +153,8 @@ def int_report_topo(base="minimal", *args, **kwargs):
 
     class WithReportNetwork(parent):
         def build(self, *a, **kw):
+            if os.path.exists(READY):  # an earlier run's: not this one's switches
+                os.remove(READY)
             parent.build(self, *a, **kw)
             switches = self.switches()
             node = self.addSwitch(INT_REPORT_NODE, cls=IntReportNode)

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import xml.etree.ElementTree as ET
 import zipfile
 from collections.abc import Iterator
@@ -343,6 +344,38 @@ def test_netcfg_points_onos_at_the_mininet_container(onos: StandIn, tmp_path: Pa
     assert s2["basic"]["managementAddress"] == "grpc://mininet:50002?device_id=1"
     assert s2["basic"]["pipeconf"] == "org.innetagg.bmv2" and s2["basic"]["driver"] == "bmv2"
     assert s2["ports"]["1"]["name"] == "s2-eth1"
+
+
+def test_netcfg_with_a_ready_file_pushes_exactly_the_files_it_lists(
+    onos: StandIn, tmp_path: Path
+) -> None:
+    # The runs of the emulated stack left a race open: onos-netcfg took whatever files had
+    # stopped changing for 5 s, so a restarted mininet's files could be pushed before
+    # their intReportPort annotation, or with a stale file of an earlier, larger topology.
+    for i in (1, 2, 3):
+        (tmp_path / f"bmv2-s{i}-netcfg.json").write_text(
+            json.dumps(p4mn_netcfg(f"s{i}", 50000 + i))
+        )
+    argv = ["netcfg", str(tmp_path), "--grpc-host", "mininet", "--ready-file", "ready.json"]
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(setup.main(argv)))
+    t.start()
+    time.sleep(0.3)
+    assert onos.netcfg is None and t.is_alive()  # no ready file yet: nothing pushed
+    (tmp_path / "ready.json").write_text(
+        json.dumps({"files": ["bmv2-s1-netcfg.json", "bmv2-s2-netcfg.json"]})
+    )
+    t.join(timeout=10)
+    assert done == [0]
+    assert set(onos.netcfg["devices"]) == {"device:bmv2:s1", "device:bmv2:s2"}  # s3: stale
+
+
+def test_the_ready_file_is_the_one_int_report_writes(model: dict[str, Any]) -> None:
+    args = setup.parser().parse_args(model["services"]["onos-netcfg"]["command"])
+    script = (REPO / "p4" / "mininet" / "int_report.py").read_text()
+    ready = re.search(r'^READY = "([^"]+)"', script, re.M)
+    assert ready and Path(ready.group(1)).parent == Path("/tmp")  # the mininet-tmp volume
+    assert Path(ready.group(1)).name == args.ready_file
 
 
 def test_compose_commands_parse_with_the_setup_tool(model: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from int_collector.influxd import free_port
 
 from . import standin_images as si
 from .conftest import COMPOSE_FILE, REPO
-from .test_stack import ONOS_AUTH, http, until
+from .test_stack import ONOS_AUTH, compose_up, http, until
 from .test_stack import missing as stack_missing
 
 P4 = Path("/opt/p4")
@@ -120,11 +120,7 @@ class Stack:
         return r
 
     def up(self) -> None:
-        r = self.compose("up", "-d", "--build", "--wait", "--wait-timeout", str(UP_TIMEOUT_S),
-                         timeout=UP_TIMEOUT_S + 60)  # fmt: skip
-        if r.returncode:
-            logs = self.compose("logs", "--no-color", "--tail", "80").stdout
-            raise AssertionError(f"compose up failed ({self.log}): {r.stderr[-1500:]}\n{logs}")
+        compose_up(self.compose, self.log, UP_TIMEOUT_S)
 
     def onos(self, path: str, body: object = None, method: str | None = None) -> tuple[int, object]:
         url = f"http://127.0.0.1:{self.ports['ONOS_PORT']}/onos{path}"
@@ -156,7 +152,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s.mark("stand-in images ready")
     try:
         s.up()
-        s.mark("compose up --wait returned")
+        s.mark("compose up: every service ready")
         yield s
     finally:
         s.compose("down", "-v", "--remove-orphans", timeout=300)
