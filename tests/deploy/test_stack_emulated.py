@@ -31,7 +31,7 @@ from int_collector.influxd import free_port
 
 from . import standin_images as si
 from .conftest import COMPOSE_FILE, REPO
-from .test_stack import ONOS_AUTH, compose_up, http, until
+from .test_stack import ONOS_AUTH, compose_up, exit_code, http, until
 from .test_stack import missing as stack_missing
 
 P4 = Path("/opt/p4")
@@ -163,11 +163,9 @@ def test_bmv2_switches_in_mininet_run_our_pipeline_and_send_int_reports_to_influ
     stack: Stack,
 ) -> None:
     # onos-netcfg pushed p4mn's netcfg files (annotated with their report port).
-    r = stack.compose("wait", "onos-netcfg", timeout=ONOS_WAIT_S)
+    code = exit_code(stack.compose, "onos-netcfg", ONOS_WAIT_S)
     said = stack.compose("logs", "--no-color", "onos-netcfg").stdout
-    assert r.returncode == 0 and r.stdout.strip().endswith("exited with status code 0"), (
-        f"onos-netcfg: {r.stdout}{said}"
-    )
+    assert code == 0, f"onos-netcfg exited {code}: {said}"
     assert "netcfg pushed for 3 devices" in said, said
     stack.mark("onos-netcfg exited 0")
 
