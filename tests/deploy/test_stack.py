@@ -33,18 +33,14 @@ OVERRIDE = REPO / "tests" / "deploy" / "compose.standins.yml"
 UP_TIMEOUT_S = 1800  # image builds from cold caches on a loaded 2-core machine
 
 
-def _docker(*args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kw)
-
-
 def missing() -> str | None:
     """Why the stack cannot run here, or None."""
     if shutil.which("docker") is None:
         return "no docker CLI"
     try:
-        if _docker("info", "--format", "{{.ServerVersion}}", timeout=30).returncode:
+        if standin_images.docker("info", "--format", "{{.ServerVersion}}", timeout=30).returncode:
             return "no Docker engine answers `docker info`"
-        if _docker("compose", "version", timeout=30).returncode:
+        if standin_images.docker("compose", "version", timeout=30).returncode:
             return "no `docker compose` (v2 plugin)"
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"docker did not answer: {e}"
@@ -105,8 +101,19 @@ def exit_code(compose: Any, service: str, timeout_s: float) -> int:
 
 
 class Stack:
-    def __init__(self, tmp: Path) -> None:
-        self.project = f"innet-agg-test-{os.getpid()}"
+    """The project's compose file plus `overrides`, one `profile`, as its own project on free
+    host ports; every compose call and its output logged to tmp/compose.log."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        profile: str = "synthetic",
+        overrides: tuple[Path, ...] = (OVERRIDE,),
+        name: str = "innet-agg-test",
+    ) -> None:
+        self.project = f"{name}-{os.getpid()}"
+        self.profile = profile
+        self.files = [a for f in (COMPOSE_FILE, *overrides) for a in ("-f", str(f))]
         self.ports = {
             name: free_port()
             for name in ("INFLUXDB_PORT", "ONOS_PORT", "ONOS_SSH_PORT", "INT_COLLECTOR_PORT",
@@ -116,9 +123,8 @@ class Stack:
         self.log = tmp / "compose.log"
 
     def compose(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        cmd = ["compose", "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE),
-               "--profile", "synthetic", *args]  # fmt: skip
-        r = _docker(*cmd, timeout=timeout, env=self.env, cwd=REPO)
+        cmd = ["compose", "-p", self.project, *self.files, "--profile", self.profile, *args]
+        r = standin_images.docker(*cmd, timeout=timeout, env=self.env, cwd=REPO)
         with self.log.open("a") as f:
             f.write(f"$ docker {' '.join(cmd)}\n{r.stdout}\n{r.stderr}\n")
         return r

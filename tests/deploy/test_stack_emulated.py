@@ -17,7 +17,6 @@ with its volumes after.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -27,10 +26,9 @@ from urllib.parse import quote
 
 import pytest
 
-from int_collector.influxd import free_port
-
 from . import standin_images as si
-from .conftest import COMPOSE_FILE, REPO
+from . import test_stack as stack_base
+from .conftest import REPO
 from .test_stack import ONOS_AUTH, compose_up, exit_code, http, until
 from .test_stack import missing as stack_missing
 
@@ -94,30 +92,15 @@ def build_p4mn(log: object = print) -> None:
     si.ensure(P4MN, want, build, log)  # type: ignore[arg-type]
 
 
-class Stack:
+class Stack(stack_base.Stack):
     def __init__(self, tmp: Path) -> None:
-        self.project = f"innet-agg-test-emulated-{os.getpid()}"
-        self.ports = {
-            name: free_port()
-            for name in ("INFLUXDB_PORT", "ONOS_PORT", "ONOS_SSH_PORT", "INT_COLLECTOR_PORT",
-                         "INT_COLLECTOR_METRICS_PORT", "OPTIMIZER_PORT", "GRAFANA_PORT")
-        }  # fmt: skip
-        self.env = {**os.environ, **{k: str(v) for k, v in self.ports.items()}}
-        self.log = tmp / "compose.log"
+        super().__init__(tmp, "emulated", OVERRIDES, "innet-agg-test-emulated")
         self.times: dict[str, float] = {}
         self.t0 = time.monotonic()
 
     def mark(self, what: str) -> None:
         self.times[what] = time.monotonic() - self.t0
         print(f"{self.times[what]:7.1f} s  {what}", flush=True)
-
-    def compose(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        files = [a for f in (COMPOSE_FILE, *OVERRIDES) for a in ("-f", str(f))]
-        cmd = ["compose", "-p", self.project, *files, "--profile", "emulated", *args]
-        r = si.docker(*cmd, timeout=timeout, env=self.env, cwd=REPO)
-        with self.log.open("a") as f:
-            f.write(f"$ docker {' '.join(cmd)}\n{r.stdout}\n{r.stderr}\n")
-        return r
 
     def up(self) -> None:
         compose_up(self.compose, self.log, UP_TIMEOUT_S)
