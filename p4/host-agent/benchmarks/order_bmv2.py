@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from agg_agent import p4names as n  # noqa: E402
 from agg_agent.protocol import UDP_PORT  # noqa: E402
 from agg_optimizer.scheduling import Demand, schedule  # noqa: E402
+from agg_optimizer.sim.evaluate import Interval  # noqa: E402
 from int_collector.children import spawn  # noqa: E402
 from p4 import bmv2, frames  # noqa: E402
 
@@ -255,7 +256,8 @@ def run_arm(h: bmv2.Hosts, args: argparse.Namespace, starts_with: str) -> dict[s
     common = ["--size", str(args.size), "--iterations", str(args.iterations)]
     servers = []
     for job, workers, ps_ip in JOBS.values():
-        cmd = [AGENT, "ps", "--job", str(job), "--bind", f"{ps_ip}:{UDP_PORT}", *common]
+        cmd = [AGENT, "ps", "--job", str(job), "--bind", f"{ps_ip}:{UDP_PORT}", *common,
+               "--linger-s", str(3 * args.timeout_ms / 1000)]  # fmt: skip
         for w in workers:
             cmd += ["--worker-addr", f"10.0.0.{w}:{UDP_PORT}"]
         p = run_in(h, PS_PORT, cmd)
@@ -393,6 +395,53 @@ def render(rows: list[dict], args: argparse.Namespace, line: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired(rows: list[dict]) -> dict[str, tuple[Interval, int]]:
+    """The order's effect, paired by run (every arm of a run shares its minute of the
+    machine): per run, 1 - x/y of the job put first against the same job in one class
+    (`first vs one-class`), of the job put second likewise (`second vs one-class`), of the
+    first against the second in the same arm (`first vs second`), and of the arm's mean
+    completion against one class's; mean over runs with its 95% Student-t interval, both
+    orders (A-first, B-first) pooled. Negative: slower."""
+    by_run: dict[int, dict[str, dict]] = {}
+    for r in rows:
+        by_run.setdefault(r["run"], {})[r["arm"]] = r
+    out: dict[str, list[float]] = {}
+    for arms in by_run.values():
+        one = arms.get("one-class")
+        for arm, first, second in (("A-first", "A", "B"), ("B-first", "B", "A")):
+            r = arms.get(arm)
+            if r is None:
+                continue
+            f, s = r[f"{first}_done_s"], r[f"{second}_done_s"]
+            out.setdefault("first vs second", []).append(1 - f / s)
+            if one is not None:
+                out.setdefault("first vs one-class", []).append(1 - f / one[f"{first}_done_s"])
+                out.setdefault("second vs one-class", []).append(1 - s / one[f"{second}_done_s"])
+                out.setdefault("mean completion vs one-class", []).append(
+                    1 - r["mean_done_s"] / one["mean_done_s"]
+                )
+        c0 = arms.get("class-0")
+        if c0 is not None and one is not None:
+            out.setdefault("class-0 mean completion vs one-class", []).append(
+                1 - c0["mean_done_s"] / one["mean_done_s"]
+            )
+    return {k: (Interval.of(v), len(v)) for k, v in out.items()}
+
+
+def render_paired(rows: list[dict]) -> str:
+    runs = len({r["run"] for r in rows})
+    lines = [
+        f"Paired by run over {runs} runs (both orders pooled): the reduction 1 - x/y of "
+        "completion time, mean [95% interval]; positive is sooner",
+        "",
+        "| x against y | reduction | samples |",
+        "|---|---|---|",
+    ]
+    for k, (iv, count) in paired(rows).items():
+        lines.append(f"| {k} | {iv.fmt(100, '%')} | {count} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
     """Each job's completion per arm: bars the median run, dots each run."""
     import matplotlib
@@ -457,7 +506,7 @@ def main() -> None:
     if (reason := skip_reason()) is not None:
         raise SystemExit(f"order_bmv2: {reason}")
     rows, line = measure(args)
-    table = render(rows, args, line)
+    table = render(rows, args, line) + "\n" + render_paired(rows)
     print(table)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
