@@ -2,7 +2,11 @@
  * In-network aggregation (docs/protocols.md, "Aggregation protocol").
  *
  * A job configured here (agg_job) owns slots [pool_base, pool_base + pool_size) of the
- * switch's AGG_SLOTS. A packet's slot holds one chunk (identified by seq) at a time:
+ * switch's AGG_SLOTS. A packet's slot holds one chunk (identified by run and seq) at a
+ * time:
+ *   slot of another run            -> what it holds is another run's (a killed run's
+ *                                     partial sum, or an earlier run's): discarded, and
+ *                                     the slot claimed for this run and seq
  *   free slot, new seq             -> claim it, add the vector, remember seq
  *   slot holds this seq            -> add the vector unless a contributor is already in
  *                                     the slot's bitmap; then, a retransmission flushes
@@ -19,7 +23,7 @@
  * When fan_in child streams have been added, the sum goes to next_hop_port in this
  * packet and the slot is zeroed: the data plane frees its own slots, so the control plane
  * never reads registers (bmv2's P4Runtime server cannot).
- * A job without an entry, acknowledgements and slots outside the pool pass through.
+ * A job without an entry, acknowledgements, joins and slots outside the pool pass through.
  * ========================================================================== */
 #ifndef INNET_AGG_AGGREGATION_P4
 #define INNET_AGG_AGGREGATION_P4
@@ -33,6 +37,7 @@ control Aggregation(inout headers_t hdr, inout local_metadata_t local_metadata,
     register<bit<32>>(AGG_SLOTS) agg_bitmap;       // workers already summed in the slot
     register<bit<8>>(AGG_SLOTS) agg_count;         // child streams summed; 0 = free
     register<bit<32>>(AGG_SLOTS) agg_seq;          // seq + 1 of the slot's chunk; 0 = never used
+    register<bit<32>>(AGG_SLOTS) agg_run;          // run of the slot's chunk; 0 = never used
 
     bit<32> job_pool_base = 0;
     bit<16> job_pool_size = 0;
@@ -54,7 +59,7 @@ control Aggregation(inout headers_t hdr, inout local_metadata_t local_metadata,
     }
 
     apply {
-        if ((hdr.agg.flags & AGG_FLAG_ACK) != 0) {
+        if ((hdr.agg.flags & (AGG_FLAG_ACK | AGG_FLAG_JOIN)) != 0) {
             return;
         }
         if (!agg_job.apply().hit || hdr.agg.slot >= job_pool_size) {
@@ -62,14 +67,24 @@ control Aggregation(inout headers_t hdr, inout local_metadata_t local_metadata,
         }
         bit<32> slot = job_pool_base + (bit<32>)hdr.agg.slot;
         bit<32> stored_seq;
+        bit<32> stored_run;
         bit<8>  count;
         bit<32> bitmap;
         agg_seq.read(stored_seq, slot);
+        agg_run.read(stored_run, slot);
         agg_count.read(count, slot);
         agg_bitmap.read(bitmap, slot);
         bit<32> tag = hdr.agg.seq + 1;
         bool fresh = false;  // the slot is (re)claimed: what it holds is discarded
-        if (count == 0) {
+        if (stored_run != hdr.agg.run) {
+            // Another run's leftovers: never added to (a job restarted on its number starts
+            // its seq at 0 again, and would otherwise complete its killed run's partial sums).
+            agg_run.write(slot, hdr.agg.run);
+            agg_seq.write(slot, tag);
+            fresh = true;
+            count = 0;
+            bitmap = 0;
+        } else if (count == 0) {
             if (stored_seq == tag) {
                 return;
             }

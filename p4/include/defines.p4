@@ -28,6 +28,8 @@ const bit<8>  AGG_FLAG_RETRANSMIT = 0x02;
 const bit<8>  AGG_FLAG_ACK        = 0x04;
 // In an acknowledgement: the chunk (or a packet of it) arrived marked CE (congestion.p4).
 const bit<8>  AGG_FLAG_ECN_ECHO   = 0x08;
+// A worker asks the parameter server for its run (the answer also has ACK): passes unchanged.
+const bit<8>  AGG_FLAG_JOIN       = 0x10;
 
 /* Traffic classes (priority.p4) -------------------------------------------- */
 const bit<32> TRAFFIC_CLASS_ENTRIES = 512;

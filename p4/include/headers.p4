@@ -61,7 +61,7 @@ header udp_t {
     bit<16> checksum;
 }
 
-/* Aggregation protocol (docs/protocols.md, "Aggregation protocol"): 16 B + 32 x 4 B. */
+/* Aggregation protocol (docs/protocols.md, "Aggregation protocol"): 20 B + 32 x 4 B. */
 header agg_t {
     bit<16> job_id;
     bit<16> slot;          // index within the job's pool at every aggregator
@@ -72,6 +72,8 @@ header agg_t {
                            // an acknowledgement echoes the value its chunk arrived with
     bit<32> contributors;  // bitmap of the workers whose values the vector holds
     bit<32> seq;           // chunk sequence number of the sender's stream
+    bit<32> run;           // the job's run (its parameter server's): a slot never adds a
+                           // packet to another run's chunk (docs/protocols.md, "Runs")
 }
 
 header agg_value_t {

@@ -14,7 +14,7 @@ import pytest
 from agg_agent.congestion import Aimd, Dctcp, Explicit, FixedWindow, make, pacing_gap
 from agg_agent.endpoints import ParameterServer, Worker, WorkerStats
 from agg_agent.fixedpoint import FixedPoint
-from agg_agent.protocol import FLAG_ACK, FLAG_ECN_ECHO, LANES, AggPacket
+from agg_agent.protocol import FLAG_ACK, FLAG_ECN_ECHO, FLAG_JOIN, LANES, AggPacket
 
 
 def ack(queue: int = 0, ce: bool = False) -> AggPacket:
@@ -188,7 +188,7 @@ def test_the_parameter_server_echoes_the_queue_and_the_ce_mark() -> None:
     try:
         workers[0].setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 3)
         for w, (s, q) in enumerate(zip(workers, (40, 7), strict=True)):
-            pkt = AggPacket(9, 0, w, 2, 0, 1 << w, 0, (1,) * LANES, max_queue=q)
+            pkt = AggPacket(9, 0, w, 2, 0, 1 << w, 0, (1,) * LANES, max_queue=q, run=ps.run_id)
             s.sendto(pkt.encode(), ps.address)
         acks = [AggPacket.decode(s.recv(2048)) for s in workers]
         t.join(5)
@@ -214,9 +214,14 @@ def fake_ps(sock: socket.socket, queue: int, stop: threading.Event, delay: float
             continue
         time.sleep(delay)
         p = AggPacket.decode(data)
+        if p.is_join:  # the worker learns the run it then sends in
+            p.flags, p.run = FLAG_ACK | FLAG_JOIN, 1
+            sock.sendto(p.encode(), addr)
+            continue
         # one worker: its own values are the complete sum
-        sock.sendto(AggPacket(p.job_id, p.slot, p.worker_id, p.fan_in, p.seq, p.contributors,
-                              FLAG_ACK, p.values, max_queue=queue).encode(), addr)  # fmt: skip
+        ack = AggPacket(p.job_id, p.slot, p.worker_id, p.fan_in, p.seq, p.contributors, FLAG_ACK,
+                        p.values, max_queue=queue, run=p.run)  # fmt: skip
+        sock.sendto(ack.encode(), addr)
 
 
 def against_fake_ps(

@@ -12,6 +12,7 @@ import pytest
 
 from agg_agent.endpoints import IterationResult, ParameterServer, Worker, WorkerStats
 from agg_agent.fixedpoint import FixedPoint
+from agg_agent.protocol import LANES
 from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch, Verdict
 
 # The workers' retransmission timeout. At 20 ms this test failed once in CI (167 of 189
@@ -273,7 +274,7 @@ def test_a_chunk_of_the_previous_iteration_is_acknowledged_again_with_its_sum() 
     t.start()
 
     def send(w: int, seq: int, v: int, flags: int = 0) -> None:
-        pkt = AggPacket(7, seq % 8, w, 2, seq, 1 << w, flags, (v,) * LANES)
+        pkt = AggPacket(7, seq % 8, w, 2, seq, 1 << w, flags, (v,) * LANES, run=ps.run_id)
         socks[w].sendto(pkt.encode(), ps.address)
 
     try:
@@ -300,3 +301,94 @@ def test_a_chunk_of_the_previous_iteration_is_acknowledged_again_with_its_sum() 
         ps.close()
         for sk in socks:
             sk.close()
+
+
+def test_a_job_restarted_on_its_number_gets_exact_sums_whatever_its_killed_run_left() -> None:
+    """Run A of job 7 dies half way through an iteration: worker 0 had sent all 8 chunks
+    (value 1000 in every lane), which the switch holds as partial sums. Run B (a new PS on
+    the same address, new workers, seq from 0 again) must get exactly its own sums: before
+    runs existed, B's chunks completed with A's 1000 added (docs/protocols.md, "Runs")."""
+    fp = FixedPoint.for_bound(1.0, 2)
+    size = 8 * LANES
+    a = [Worker(7, w, fp, ("127.0.0.1", 9), 8, timeout=TIMEOUT) for w in range(2)]
+    ps_a = ParameterServer(7, fp, size, [w.address for w in a])
+    at = ps_a.address
+    model = SwitchModel({7: JobConfig(pool_base=0, pool_size=8, fan_in=2)})
+    with UdpSwitch(model, at) as sw:
+        a[0].target = sw.address
+        served = threading.Thread(target=lambda: ps_a.run(None, deadline=60))
+        served.start()
+        a[0].join()
+        for seq in range(8):
+            a[0].sock.sendto(a[0]._packet(seq, np.full(LANES, 1000, np.int32), 0), sw.address)
+        deadline = time.monotonic() + 60
+        while sw.counts[Verdict.ABSORBED] < 8:
+            assert time.monotonic() < deadline, sw.counts
+            time.sleep(0.01)
+        ps_a.stop()
+        served.join(10)
+        ps_a.close()
+        for w in a:
+            w.close()
+        assert all(model.slots[s].count == 1 for s in range(8))  # A's partial sums
+
+        b = [Worker(7, w, fp, sw.address, 8, timeout=TIMEOUT) for w in range(2)]
+        ps_b = ParameterServer(7, fp, size, [w.address for w in b], bind=at)
+        assert ps_b.run_id != a[0].run_id
+        tensors = np.random.default_rng(5).uniform(-1, 1, (2, 2, size))
+        out: list[IterationResult] = []
+        stats: list[list[WorkerStats]] = [[], []]
+        threads = [threading.Thread(target=lambda: out.extend(ps_b.run(2, deadline=60)))] + [
+            threading.Thread(
+                target=lambda w=w: stats[w].extend(b[w].run_iteration(t) for t in tensors[:, w])
+            )
+            for w in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        ps_b.close()
+        for w in b:
+            w.close()
+    assert len(out) == 2 and all(len(s) == 2 for s in stats), (out, stats)
+    check_sums(out, tensors.sum(axis=1), fp, stats)
+    assert sum(r.aggregated_packets for r in out) >= 8  # B's chunks were summed in the switch
+
+
+def test_a_worker_whose_parameter_server_restarted_is_told_and_fails_clearly() -> None:
+    """The PS answers a packet of a run it is not in with its own run, so the worker of the
+    old run raises at once, naming the PS, instead of retransmitting until its retries run
+    out; the new PS adds nothing of the old run's."""
+    fp = FixedPoint.for_bound(1.0, 1)
+    w = Worker(3, 0, fp, ("127.0.0.1", 9), 4, timeout=TIMEOUT, max_retries=20)
+    old = ParameterServer(3, fp, LANES, [w.address])
+    w.target = old.address
+    served = threading.Thread(target=lambda: old.run(1, deadline=30))
+    served.start()
+    w.run_iteration(np.full(LANES, 0.5))
+    served.join(10)
+    at = old.address
+    old.close()
+    new = ParameterServer(3, fp, LANES, [w.address], bind=at)
+    served = threading.Thread(target=lambda: new.run(None, deadline=30))
+    served.start()
+    try:
+        with pytest.raises(ConnectionResetError, match=rf"in run {new.run_id}, not this"):
+            w.run_iteration(np.full(LANES, 0.25))
+        assert new.other_runs >= 1
+    finally:
+        new.stop()
+        served.join(10)
+        new.close()
+        w.close()
+
+
+def test_a_worker_with_no_parameter_server_says_which_one_it_waited_for() -> None:
+    fp = FixedPoint.for_bound(1.0, 1)
+    w = Worker(3, 0, fp, ("127.0.0.1", 9), 4, timeout=0.01, max_retries=3)
+    try:
+        with pytest.raises(TimeoutError, match=r"no parameter server at 127.0.0.1:9 answered 4"):
+            w.join()
+    finally:
+        w.close()

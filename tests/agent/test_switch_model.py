@@ -132,3 +132,51 @@ def test_sums_wrap_like_int32_registers() -> None:
 def test_pool_past_the_switch_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"jobs\[1\].pool"):
         SwitchModel({1: JobConfig(1020, 8, 2)})
+
+
+def test_a_restarted_run_never_adds_to_what_its_killed_run_left() -> None:
+    """Run A of job 7 dies after worker 0 sent chunk 5 (its slot keeps that partial sum);
+    run B of the same job starts from seq 0. What reaches the PS for B's chunk 5 must be B's
+    two workers' values and nothing of A's."""
+    model = SwitchModel({7: JobConfig(pool_base=0, pool_size=8, fan_in=2)})
+
+    def pkt(worker: int, seq: int, value: int, run: int) -> AggPacket:
+        return AggPacket(7, seq % 8, worker, 2, seq, 1 << worker, 0, (value,) * LANES, run=run)
+
+    assert model.process(pkt(0, 5, 1000, run=0xA)) is Verdict.ABSORBED  # run A, then killed
+    at_ps: dict[int, tuple[int, int]] = {}  # seq -> (contributors, sum of lane 0)
+    for seq in range(6):  # run B
+        for worker, value in ((1, 20), (0, 10)):
+            p = pkt(worker, seq, value, run=0xB)
+            if model.process(p) in (Verdict.EMIT, Verdict.FORWARD, Verdict.FLUSH):
+                bits, total = at_ps.get(seq, (0, 0))
+                if not bits & p.contributors:
+                    at_ps[seq] = (bits | p.contributors, total + p.values[0])
+    assert at_ps[5] == (0b11, 30), at_ps[5]
+
+
+def test_a_late_packet_of_a_killed_run_never_mixes_with_the_new_runs_sum() -> None:
+    """A straggler of run A reaching a slot that holds run B's partial sum: the slot is
+    claimed again (B's partial sum is lost, never mixed); B's sender retransmits on its timer
+    and the chunk completes with B's values only. A's aggregate, were A's chunk to complete,
+    carries run A, which B's parameter server drops."""
+    model = SwitchModel({7: JobConfig(pool_base=0, pool_size=8, fan_in=2)})
+
+    def pkt(worker: int, value: int, run: int, flags: int = 0) -> AggPacket:
+        return AggPacket(7, 3, worker, 2, 3, 1 << worker, flags, (value,) * LANES, run=run)
+
+    assert model.process(pkt(0, 10, run=0xB)) is Verdict.ABSORBED
+    assert model.process(pkt(1, 999, run=0xA)) is Verdict.ABSORBED  # the straggler
+    done = pkt(1, 20, run=0xB)
+    assert model.process(done) is Verdict.ABSORBED  # B's worker 0 is gone from the slot
+    again = pkt(0, 10, run=0xB, flags=FLAG_RETRANSMIT)
+    assert model.process(again) is Verdict.EMIT
+    assert (again.values[0], again.contributors, again.run) == (30, 0b11, 0xB)
+
+
+def test_joins_pass_every_switch_unchanged(sw: SwitchModel) -> None:
+    from agg_agent.protocol import FLAG_JOIN
+
+    hello = pkt(0, flags=FLAG_JOIN)
+    assert sw.process(hello) is Verdict.FORWARD
+    assert sw.slots[10].count == 0

@@ -33,14 +33,17 @@ def free_port(kind: int) -> int:
         return s.getsockname()[1]
 
 
-def train_all(tmp: Path, allreduce: str, extra: list[str] | None = None) -> td.Result:
+def train_all(
+    tmp: Path, allreduce: str, extra: list[str] | None = None, steps: int = STEPS
+) -> td.Result:
+    """Every rank of one run on loopback (`agg-agent train`); rank 0's result."""
     import socket
 
     master = free_port(socket.SOCK_STREAM)
     out = tmp / f"{allreduce}.json"
     argvs = [
         [*AGENT, "train", "--rank", str(r), "--world", str(WORLD), "--master",
-         f"127.0.0.1:{master}", "--allreduce", allreduce, "--max-steps", str(STEPS),
+         f"127.0.0.1:{master}", "--allreduce", allreduce, "--max-steps", str(steps),
          "--lr", str(LR), "--out", str(out), *(extra[r] if extra else [])]
         for r in range(WORLD)
     ]  # fmt: skip

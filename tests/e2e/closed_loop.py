@@ -34,6 +34,8 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,9 @@ TRAINER = str(Path(__file__).with_name("trainer.py"))
 BIN = Path(sys.executable).parent
 INT_APP = "org.onosproject.inbandtelemetry"
 BG_APP = "org.innetagg.e2e.background"
+GLOO_APP = "org.innetagg.e2e.gloo"  # the PyTorch job's own TCP between its workers
+MASTER_PORT = 29500  # rank 0's torch.distributed store
+AGENT = ["python", "-c", "from agg_agent.cli import main; main()"]
 SERVICE_APP = "org.innetagg.e2e.loop"  # the service's intents, apart from other tests'
 BG_PORT = 5001
 AGG_PORT = 48879
@@ -96,6 +101,9 @@ class Params:
     collector_keepalive_s: float = 0.5
     utilization_window_ms: float = 20.0
     episodes: int = 8
+    # The synthetic job trains from the start (`train_ddp` kills it and restarts the job on
+    # its number); False: no job runs until `train_ddp`.
+    synthetic: bool = True
     queue_depth: int = QUEUE_DEPTH
 
 
@@ -106,6 +114,59 @@ class Episode:
     t_end: float = 0.0
     t_onos: float | None = None  # every intent of the job INSTALLED through another spine
     settle_s: float = 0.0
+
+
+def running(
+    onos: onosd.OnosServer, influx: InfluxServer, workdir: Path, p: Params, name: str
+) -> Iterator[ClosedLoop]:
+    """A started loop writing to a new InfluxDB database (`name` and a random suffix),
+    stopped however its user ends (a module fixture's `yield from`); skipped, saying why,
+    where bmv2's gRPC switch is missing."""
+    import pytest
+
+    why = bmv2.grpc_skip_reason()
+    if why:
+        pytest.skip(why)
+    db = name + uuid.uuid4().hex[:12]
+    influx.query_v1(f'CREATE DATABASE "{db}"')
+    cl = ClosedLoop(onos, influx, f"{db}/autogen", workdir, p)
+    cl.start()
+    try:
+        yield cl
+    finally:
+        cl.stop()
+
+
+@dataclass
+class DdpRun:
+    """A PyTorch DDP job on the loop's worker hosts (`agg-agent train`: the digits MLP, its
+    gradient buckets all-reduced by `AggregationHook` through the fabric), its parameter
+    server (`agg-agent ps --iterations 0`: one iteration a step) on the loop's PS host."""
+
+    ps: subprocess.Popen[str]
+    workers: list[subprocess.Popen[str]]
+    out: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the PS's, "t": when read
+
+    def finish(self, deadline_s: float) -> tuple[Any, list[dict[str, Any]]]:
+        """Wait for every worker (a failed one ends the wait at once), then stop the PS;
+        rank 0's result (`train_digits.Result`) and the PS's rows."""
+        from agg_agent import train_digits as td
+
+        deadline = time.monotonic() + deadline_s
+        while any(p.poll() is None for p in self.workers):
+            bad = [i for i, p in enumerate(self.workers) if p.poll() not in (None, 0)]
+            assert not bad, f"rank {bad[0]} exited {self.workers[bad[0]].returncode}"
+            assert time.monotonic() < deadline, f"the PyTorch job ran past {deadline_s:.0f} s"
+            time.sleep(0.2)
+        codes = [p.returncode for p in self.workers]
+        assert codes == [0] * len(codes), codes
+        children.stop(self.ps, timeout_s=30)
+        return td.load(self.out), self.rows
+
+    def stop(self) -> None:
+        for p in (*self.workers, self.ps):
+            children.stop(p, timeout_s=5)
 
 
 @dataclass
@@ -133,6 +194,7 @@ class ClosedLoop:
             **{**TOPOLOGY, "annotations": ann},  # type: ignore[arg-type]
         )
         self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.ddp: DdpRun | None = None
         self.iterations: list[dict[str, Any]] = []
         self.episodes: list[Episode] = []
         self.sniffer: Sniffer | None = None
@@ -156,7 +218,8 @@ class ClosedLoop:
             self._collector()
             self._service()
             self._place()
-            self._train()
+            if self.p.synthetic:
+                self._train()
         except BaseException:
             self.stop()
             raise
@@ -357,6 +420,79 @@ class ClosedLoop:
             threading.Thread(target=self._read_worker, args=(i, p), daemon=True).start()
         onosd.wait_for(lambda: len(self.iterations) >= 10, 60, "10 iterations of training")
 
+    def stop_trainer(self) -> None:
+        """The synthetic job's workers and PS; its placement, the fabric and the loop stay."""
+        for name in ("worker0", "worker1", "ps"):
+            p = self.procs.pop(name, None)
+            if p is not None:
+                children.stop(p, timeout_s=10)
+
+    def train_ddp(self, steps: int, out: Path, lr: float = 0.1) -> DdpRun:
+        """The job's processes become a PyTorch DDP job on the same hosts and placement:
+        `steps` steps of the digits MLP at `lr` (rank 0's result to `out`), every gradient
+        bucket through the job's aggregation tree, wherever the service has put it."""
+        from agg_agent import train_digits as td
+
+        self.stop_trainer()
+        if "sink" not in self.procs:  # the background's receiver (`_train` starts it too)
+            self.procs["sink"] = self.fabric.run(
+                BG_DST, ["python", TRAINER, "sink", "--port", str(BG_PORT)]
+            )
+        self._gloo_path()
+        f, workers = self.fabric, list(WORKERS)
+        ps = f.run(
+            PS,
+            [*AGENT, "ps", "--iterations", "0", "--job", str(self.p4_job),
+             "--size", str(td.parameter_count()), "--bind", f"10.0.0.{PS}:{AGG_PORT}",
+             "--linger-s", str(3 * self.p.timeout_ms / 1000)]
+            + [a for h in workers for a in ("--worker-addr", f"10.0.0.{h}:{AGG_PORT}")],
+            stdout=subprocess.PIPE,
+            stderr=open(self.workdir / "ddp-ps.log", "w"),  # noqa: SIM115
+        )  # fmt: skip
+        run = self.ddp = DdpRun(ps, [], out)
+
+        def read() -> None:
+            assert ps.stdout is not None
+            for line in ps.stdout:
+                if line.startswith("{"):
+                    run.rows.append({"t": time.time(), **json.loads(line)})
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            onosd.wait_for(lambda: self._udp_listening(PS, AGG_PORT), 60, "the DDP job's PS")
+            for rank, h in enumerate(workers):
+                argv = [
+                    *AGENT, "train", "--rank", str(rank), "--world", str(len(workers)),
+                    "--master", f"10.0.0.{workers[0]}:{MASTER_PORT}", "--allreduce", "agg",
+                    "--job", str(self.p4_job), "--ps", f"10.0.0.{PS}:{AGG_PORT}",
+                    "--bind", f"10.0.0.{h}:{AGG_PORT}", "--window", str(self.p.window),
+                    "--timeout-ms", str(self.p.timeout_ms), "--max-steps", str(steps),
+                    "--epochs", "1000", "--lr", str(lr), "--out", str(out),
+                ]  # fmt: skip
+                log = open(self.workdir / f"ddp-rank{rank}.log", "w")  # noqa: SIM115
+                run.workers.append(f.run(h, argv, stdout=log, stderr=log))
+        except BaseException:
+            run.stop()
+            raise
+        return run
+
+    def _gloo_path(self) -> None:
+        """DDP's process group (rank 0's store, the initial broadcast, the barrier at the
+        end) is TCP between the workers: a host-to-host intent of its own gives it a path
+        through the fabric; the gradients take the aggregation protocol's."""
+        one, two = (self.hosts[h]["id"] for h in WORKERS)
+        body = {"type": "HostToHostIntent", "appId": GLOO_APP, "key": "gloo",
+                "priority": 40000, "one": one, "two": two}  # fmt: skip
+        self.onos.request("POST", f"/applications/{GLOO_APP}/register").raise_for_status()
+        r = self.onos.request("POST", "/intents", json=body)
+        assert r.status_code == 201, r.text
+
+        def installed() -> bool:
+            r = self.onos.request("GET", f"/intents/{GLOO_APP}/gloo")
+            return r.status_code == 200 and r.json().get("state") == "INSTALLED"
+
+        onosd.wait_for(installed, 120, "the workers' host-to-host intent")
+
     def _udp_listening(self, host: int, port: int) -> bool:
         out = subprocess.run(
             ["ip", "netns", "exec", self.fabric.ns(host), "ss", "-Huln", f"sport = :{port}"],
@@ -451,12 +587,17 @@ class ClosedLoop:
             time.sleep(0.02)
         return None
 
-    def episode(self, congest_s: float = 3.0, settle_s: float | None = None) -> Episode:
+    def episode(
+        self, congest_s: float = 3.0, settle_s: float | None = None, pinned: str | None = None
+    ) -> Episode:
         """Congest the spine the job uses now, until the service moves the job (or 15 s),
-        then `congest_s` more; stop, and let the congested links' telemetry go stale."""
+        then `congest_s` more; stop, and let the congested links' telemetry go stale.
+        `pinned`: the spine the caller has already pinned the background to (its intent
+        takes seconds to minutes under load, which a short job may not have)."""
         self.ensure_int()
         spine = self.spine_of(self.placement())
-        self.pin_background(spine)
+        if spine != pinned:
+            self.pin_background(spine)
         ep = Episode(spine, time.time())
         self.episodes.append(ep)
         self.procs["background"] = self.fabric.run(
@@ -670,6 +811,8 @@ class ClosedLoop:
     def stop(self) -> None:
         if self.sniffer:
             self.sniffer.stop()
+        if self.ddp is not None:
+            self.ddp.stop()
         for name in ("background", "worker0", "worker1", "ps", "sink", "service", "collector"):
             p = self.procs.pop(name, None)
             if p is not None and name in ("service", "collector"):
@@ -682,7 +825,7 @@ class ClosedLoop:
                     p.kill()
                     p.wait()
         self.onos.request("DELETE", f"/intents/{BG_APP}/background")
-        for app in (SERVICE_APP, BG_APP):
+        for app in (SERVICE_APP, BG_APP, GLOO_APP):
             r = self.onos.request("GET", f"/intents/application/{app}")
             for i in r.json().get("intents", []) if r.status_code == 200 else []:
                 self.onos.request("DELETE", f"/intents/{app}/{i['key']}")

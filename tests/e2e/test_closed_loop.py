@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import time
-import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +23,8 @@ import pytest
 
 from agg_optimizer.service import onosd
 from int_collector.influxd import InfluxServer
-from p4 import bmv2
 
+from . import closed_loop
 from .closed_loop import ClosedLoop, Params
 
 # A job without a completed iteration for longer than this, from 1 s after its move, is
@@ -38,17 +37,8 @@ STALL_S = 2.0
 def loop(
     onos_real: onosd.OnosServer, influx: InfluxServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ClosedLoop]:
-    why = bmv2.grpc_skip_reason()
-    if why:
-        pytest.skip(why)
-    db = "e2e" + uuid.uuid4().hex[:12]
-    influx.query_v1(f'CREATE DATABASE "{db}"')
-    cl = ClosedLoop(onos_real, influx, f"{db}/autogen", tmp_path_factory.mktemp("loop"), Params())
-    cl.start()
-    try:
-        yield cl
-    finally:
-        cl.stop()
+    workdir = tmp_path_factory.mktemp("loop")
+    yield from closed_loop.running(onos_real, influx, workdir, Params(), "e2e")
 
 
 def test_congestion_moves_the_job_and_its_iterations_recover(loop: ClosedLoop) -> None:

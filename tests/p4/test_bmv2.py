@@ -14,7 +14,14 @@ from collections.abc import Iterator
 import pytest
 
 from agg_agent import p4names as n
-from agg_agent.protocol import FLAG_AGGREGATED, FLAG_RETRANSMIT, LANES, UDP_PORT, AggPacket
+from agg_agent.protocol import (
+    FLAG_AGGREGATED,
+    FLAG_JOIN,
+    FLAG_RETRANSMIT,
+    LANES,
+    UDP_PORT,
+    AggPacket,
+)
 from agg_agent.switch_model import JobConfig, SwitchModel, Verdict
 from int_collector.wire import Decoder
 
@@ -183,6 +190,12 @@ def test_pipeline_and_reference_model_agree_packet_by_packet(
         flags = FLAG_RETRANSMIT if rng.random() < 0.3 else 0
         values = tuple(rng.randrange(-(2**31), 2**31) for _ in range(LANES))
         sent.append(AggPacket(8, seq % 8, w, 3, seq, 1 << w, flags, values))
+    for _ in range(120):  # then runs change under the slots (docs/protocols.md, "Runs")
+        w, run = rng.randrange(3), rng.choice([0, 0, 1, 2])
+        seq = rng.choice([5, 6]) + 8 * rng.randrange(4)
+        flags = FLAG_RETRANSMIT if rng.random() < 0.3 else 0
+        values = tuple(rng.randrange(-(2**31), 2**31) for _ in range(LANES))
+        sent.append(AggPacket(8, seq % 8, w, 3, seq, 1 << w, flags, values, run=run))
     expected = []
     verdicts = set()
     for p in sent:
@@ -200,10 +213,33 @@ def test_pipeline_and_reference_model_agree_packet_by_packet(
         if not more:
             break
         got += more
-    assert [(p.seq, p.contributors, p.flags) for p in got] == [
-        (p.seq, p.contributors, p.flags) for p in expected
+    assert [(p.seq, p.contributors, p.flags, p.run) for p in got] == [
+        (p.seq, p.contributors, p.flags, p.run) for p in expected
     ]
     assert [p.values for p in got] == [p.values for p in expected]
+
+
+def test_a_restarted_run_never_adds_to_what_its_killed_run_left_on_bmv2(
+    ports: dict[int, bmv2.RawPort],
+) -> None:
+    """The model's test on the compiled pipeline: run 0xA of job 7 is killed after worker 0
+    sent chunk 4005 (its slot keeps the partial sum); run 0xB's chunk 4005 reaches the PS as
+    run B's three workers' sum with nothing of A's. A JOIN passes unchanged."""
+
+    def frame(worker: int, value: int, run: int, flags: int = 0, seq: int = 4005) -> bytes:
+        pkt = AggPacket(7, seq % 8, worker, 3, seq, 1 << worker, flags, (value,) * LANES,
+                        run=run)  # fmt: skip
+        return udp_frame(worker + 1, PS, 40000 + worker, UDP_PORT, pkt.encode())
+
+    ports[1].send(frame(0, 1000, run=0xA))
+    assert at_ps(ports, 0.3) == []  # held in the slot
+    for w, v in ((1, 20), (2, 30), (0, 10)):
+        ports[w + 1].send(frame(w, v, run=0xB))
+    got = at_ps(ports)
+    assert [(p.contributors, p.values[0], p.run) for p in got] == [(0b111, 60, 0xB)]
+    ports[1].send(frame(0, 0, run=0, flags=FLAG_JOIN, seq=0))
+    got = at_ps(ports)
+    assert [(p.flags & FLAG_JOIN, p.seq, p.contributors) for p in got] == [(FLAG_JOIN, 0, 1)]
 
 
 def unstamped(frame: bytes) -> bytes:

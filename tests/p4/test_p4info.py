@@ -56,12 +56,17 @@ def test_bmv2_json_agrees_on_header_layouts_and_constants() -> None:
     prog = json.loads((ROOT / p4names.BMV2_JSON_PATH).read_text())
     types = {t["name"]: [f[0] for f in t["fields"]] for t in prog["header_types"]}
     assert types["agg_t"] == [
-        "job_id", "slot", "worker_id", "fan_in", "flags", "max_queue", "contributors", "seq"
+        "job_id", "slot", "worker_id", "fan_in", "flags", "max_queue", "contributors", "seq", "run"
     ]  # fmt: skip
+    from agg_agent.protocol import HEADER_BYTES
+
+    agg = next(t for t in prog["header_types"] if t["name"] == "agg_t")
+    assert sum(f[1] for f in agg["fields"]) == 8 * HEADER_BYTES  # the Python struct's size
     stacks = {s["name"]: s for s in prog["header_stacks"]}
     assert len(stacks["agg_values"]["header_ids"]) == LANES
     registers = {r["name"]: r["size"] for r in prog["register_arrays"]}
     assert registers["IngressPipe.aggregation.agg_seq"] == p4names.AGG_SLOTS
+    assert registers["IngressPipe.aggregation.agg_run"] == p4names.AGG_SLOTS
     assert registers["IngressPipe.aggregation.agg_values"] == p4names.AGG_SLOTS * LANES
 
 

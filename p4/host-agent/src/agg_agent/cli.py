@@ -12,7 +12,7 @@ import numpy as np
 import typer
 
 from agg_agent import congestion
-from agg_agent.endpoints import Address, ParameterServer, Worker
+from agg_agent.endpoints import Address, IterationResult, ParameterServer, Worker
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import UDP_PORT
 
@@ -124,33 +124,50 @@ def parameter_server(
         int, typer.Option(min=0, help="Iterations to complete; 0: until SIGTERM or SIGINT.")
     ] = 10,
     bind: Annotated[str, typer.Option(help="Local host:port.")] = f"0.0.0.0:{UDP_PORT}",
+    linger_s: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="After the last iteration, keep acknowledging retransmissions this long: a "
+            "worker whose last acknowledgement was lost retransmits after its timer "
+            "(--timeout-ms), so make this a few of the workers' timers.",
+        ),
+    ] = 0.3,
+    run: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=0xFFFFFFFF,
+            help="This server's run number, which the workers learn when they join; 0 draws "
+            "one at random (a restarted job then never meets its killed run's chunks).",
+        ),
+    ] = 0,
 ) -> None:
     """Complete `iterations` iterations from aggregated and raw packets; print their stats."""
     addrs = [_address(a, f"--worker-addr[{i}]") for i, a in enumerate(worker_addr)]
     try:
         fixed = FixedPoint.for_bound(bound, len(addrs))
-        ps = ParameterServer(job, fixed, size, addrs, bind=_address(bind, "--bind"))
+        ps = ParameterServer(
+            job, fixed, size, addrs, bind=_address(bind, "--bind"), run_id=run or None
+        )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     # --iterations 0: until SIGTERM or SIGINT (a training job's PS: one iteration a bucket)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _s, _f: ps.stop())
     try:
-        for r in ps.run(iterations or None, deadline=600.0 if not iterations else 60.0):
-            print(
-                json.dumps(
-                    {
-                        "role": "ps",
-                        "iteration": r.iteration,
-                        "seconds": r.seconds,
-                        "aggregated_packets": r.aggregated_packets,
-                        "raw_packets": r.raw_packets,
-                        "duplicates": r.duplicates,
-                        "sum_head": [float(v) for v in r.total[:4]],
-                    }
-                ),
-                flush=True,
-            )
+        deadline = 600.0 if not iterations else 60.0
+
+        def say(r: IterationResult) -> None:  # as each completes: the run's progress
+            row = {
+                "role": "ps", "iteration": r.iteration, "seconds": r.seconds,
+                "aggregated_packets": r.aggregated_packets, "raw_packets": r.raw_packets,
+                "duplicates": r.duplicates, "sum_head": [float(v) for v in r.total[:4]],
+                "run": ps.run_id, "other_runs": ps.other_runs,
+            }  # fmt: skip
+            print(json.dumps(row), flush=True)
+
+        ps.run(iterations or None, linger=linger_s, deadline=deadline, each=say)
     finally:
         ps.close()
 

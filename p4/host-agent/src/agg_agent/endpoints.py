@@ -6,6 +6,11 @@ unacknowledged one are in flight, so a slot is reused only after the parameter s
 completed its previous chunk (which implies every switch on the way freed it). A chunk not
 acknowledged within `timeout` is sent again with the retransmission flag.
 
+Runs: a parameter server draws a run number when it starts and every packet of the job
+carries it. A worker learns it by joining (a JOIN packet, answered by the PS), before its
+first iteration; switches and the PS never add a packet to a chunk of another run, so a job
+restarted on its number cannot add to the partial sums its killed run left in the slots.
+
 Parameter server: accepts a packet for a chunk when its contributor bitmap is disjoint from
 what the chunk already holds, whether it is an aggregate, a raw worker packet (no switch
 aggregates the job: the fallback) or a mix; a chunk is complete when every worker is in,
@@ -20,8 +25,10 @@ acknowledgement only, so it never applies a partial or a duplicated sum:
 from __future__ import annotations
 
 import math
+import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +39,7 @@ from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import (
     FLAG_ACK,
     FLAG_ECN_ECHO,
+    FLAG_JOIN,
     FLAG_RETRANSMIT,
     LANES,
     AggPacket,
@@ -102,6 +110,7 @@ class Worker:
         self.address: Address = self.sock.getsockname()
         self.next_seq = 0
         self.iteration = 0
+        self.run_id: int | None = None  # the parameter server's run, once joined
         self.srtt: float | None = None  # smoothed round trip of first transmissions (s)
         self.last_send = -math.inf  # perf_counter of the last send: pacing spans iterations
 
@@ -118,7 +127,37 @@ class Worker:
             contributors=1 << self.worker_id,
             flags=flags,
             values=tuple(int(v) for v in values),
+            run=self.run_id or 0,
         ).encode()
+
+    def join(self) -> int:
+        """Learn the parameter server's run: a JOIN every `timeout` until it answers (at most
+        `max_retries` times, then a TimeoutError naming the PS). Every packet this worker
+        sends afterwards carries the run. Called by the first iteration if not before."""
+        hello = AggPacket(
+            self.job_id, 0, self.worker_id, self.fixed.workers, 0, 1 << self.worker_id,
+            FLAG_JOIN,
+        ).encode()  # fmt: skip
+        for _ in range(self.max_retries + 1):
+            self.sock.sendto(hello, self.target)
+            until = time.perf_counter() + self.timeout
+            while (left := until - time.perf_counter()) > 0:
+                self.sock.settimeout(left)
+                try:
+                    data = self.sock.recv(2048)
+                except TimeoutError:
+                    break
+                try:
+                    ans = AggPacket.decode(data)
+                except PacketError:
+                    continue
+                if ans.is_join and ans.is_ack and ans.job_id == self.job_id and ans.run:
+                    self.run_id = ans.run
+                    return ans.run
+        raise TimeoutError(
+            f"job {self.job_id}: no parameter server at {self.target[0]}:{self.target[1]} "
+            f"answered {self.max_retries + 1} joins, {self.timeout} s apart"
+        )
 
     def allreduce(self, tensor: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """The sum over every worker of `tensor` (each worker calls it with its own), shaped
@@ -130,6 +169,8 @@ class Worker:
 
     def run_iteration(self, tensor: npt.ArrayLike) -> WorkerStats:
         """Send `tensor` and return when every chunk is acknowledged with its sum."""
+        if self.run_id is None:
+            self.join()
         q = self.fixed.to_fixed(np.ravel(np.asarray(tensor, dtype=np.float64)))
         chunks = chunk_count(q.size)
         padded = np.zeros(chunks * LANES, dtype=np.int32)
@@ -188,9 +229,17 @@ class Worker:
                 ack = AggPacket.decode(data)
             except PacketError:
                 continue
+            if ack.is_join and ack.is_ack and ack.job_id == self.job_id and ack.run != self.run_id:
+                # the PS answers a packet of a run it is not in: it was restarted
+                raise ConnectionResetError(
+                    f"job {self.job_id}: the parameter server at {self.target[0]}:"
+                    f"{self.target[1]} is in run {ack.run}, not this worker's {self.run_id} "
+                    "(it restarted): this iteration's sums are gone"
+                )
             c = ack.seq - first
             if (
-                ack.is_ack and ack.job_id == self.job_id and 0 <= c < chunks and not acked[c]
+                ack.is_ack and not ack.is_join and ack.job_id == self.job_id
+                and ack.run == self.run_id and 0 <= c < chunks and not acked[c]
                 and ack.contributors == everyone  # the values are the complete sum
             ):  # fmt: skip
                 acked[c] = True
@@ -246,7 +295,13 @@ class ParameterServer:
         size: int,
         workers: list[Address],
         bind: Address = ("127.0.0.1", 0),
+        run_id: int | None = None,
     ) -> None:
+        """`run_id`: this server's run number (1..2^32-1); None draws one at random, so that
+        a job restarted with a new PS never meets its killed run's chunks (1 in 2^32 that
+        it draws the same)."""
+        if run_id is not None and not 0 < run_id <= 0xFFFFFFFF:
+            raise ValueError(f"run_id: {run_id} outside 1..{0xFFFFFFFF}")
         if len(workers) != fixed.workers:
             raise ValueError(f"workers: {len(workers)} addresses for {fixed.workers} workers")
         if size < 1:
@@ -258,9 +313,21 @@ class ParameterServer:
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         self.sock.bind(bind)
         self.address: Address = self.sock.getsockname()
+        self.run_id = run_id if run_id is not None else 1 + secrets.randbelow(0xFFFFFFFF)
+        self.other_runs = 0  # packets of another run (a killed run's, late): dropped
 
     def close(self) -> None:
         self.sock.close()
+
+    def _answer_join(self, worker: int) -> None:
+        """Tell `worker` this server's run (the answer to a JOIN; to a packet of another
+        run, it tells the worker that the server restarted)."""
+        if 0 <= worker < self.fixed.workers:
+            pkt = AggPacket(
+                self.job_id, 0, worker, self.fixed.workers, 0, self.all_mask,
+                FLAG_ACK | FLAG_JOIN, run=self.run_id,
+            )  # fmt: skip
+            self.sock.sendto(pkt.encode(), self.workers[worker])
 
     def _recv(self) -> tuple[bytes, bool]:
         """A datagram, and whether it arrived marked CE."""
@@ -282,7 +349,7 @@ class ParameterServer:
             if mask >> w & 1:
                 pkt = AggPacket(
                     self.job_id, seq % 0x10000, w, self.fixed.workers, seq, self.all_mask,
-                    flags, values, queue,
+                    flags, values, queue, self.run_id,
                 )  # fmt: skip
                 self.sock.sendto(pkt.encode(), self.workers[w])
 
@@ -293,11 +360,17 @@ class ParameterServer:
     _stop = False
 
     def run(
-        self, iterations: int | None, linger: float = 0.3, deadline: float = 60.0
+        self,
+        iterations: int | None,
+        linger: float = 0.3,
+        deadline: float = 60.0,
+        each: Callable[[IterationResult], None] | None = None,
     ) -> list[IterationResult]:
         """Complete `iterations` iterations (None: until `stop()`), then keep acknowledging
         for `linger` seconds. `deadline`: the longest an iteration may take, from its
-        predecessor's end or the start (open-ended: from its first packet)."""
+        predecessor's end or the start (open-ended: from its first packet). `each` is
+        called with every iteration as it completes (a training job's PS reports progress
+        while it runs, not when it stops)."""
         results: list[IterationResult] = []
         open_chunks: dict[int, _Chunk] = {}
         done_upto = 0  # every seq below it is complete
@@ -332,6 +405,13 @@ class ParameterServer:
             except PacketError:
                 continue
             if pkt.job_id != self.job_id or pkt.is_ack:
+                continue
+            if pkt.is_join:
+                self._answer_join(pkt.worker_id)
+                continue
+            if pkt.run != self.run_id:
+                self.other_runs += 1
+                self._answer_join(pkt.worker_id)
                 continue
             seq = pkt.seq
             it, c = divmod(seq, self.chunks)
@@ -380,6 +460,8 @@ class ParameterServer:
                 cur.seconds = time.perf_counter() - cur_start
                 cur.total = self.fixed.from_fixed(totals[: self.size])
                 results.append(cur)
+                if each is not None:
+                    each(cur)
                 cur, remaining = None, self.chunks
                 previous, totals = totals, np.zeros(self.chunks * LANES, np.int64)
                 stop_at = time.perf_counter() + deadline

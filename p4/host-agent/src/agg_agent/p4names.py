@@ -46,6 +46,7 @@ AGG_REGISTERS = (
     "IngressPipe.aggregation.agg_bitmap",
     "IngressPipe.aggregation.agg_count",
     "IngressPipe.aggregation.agg_seq",
+    "IngressPipe.aggregation.agg_run",
 )
 
 # INT.

@@ -20,8 +20,9 @@ FLAG_AGGREGATED = 0x01
 FLAG_RETRANSMIT = 0x02
 FLAG_ACK = 0x04
 FLAG_ECN_ECHO = 0x08  # in an acknowledgement: its chunk arrived marked CE
+FLAG_JOIN = 0x10  # a worker asks the parameter server for its run; the answer also has ACK
 
-_HEADER = struct.Struct("!HHBBBBII")
+_HEADER = struct.Struct("!HHBBBBIII")
 _VALUES = struct.Struct(f"!{LANES}i")
 HEADER_BYTES = _HEADER.size
 PACKET_BYTES = _HEADER.size + _VALUES.size
@@ -44,6 +45,10 @@ class AggPacket:
     # Longest egress queue the packet met (packets, 0-255; p4/include/congestion.p4);
     # in an acknowledgement, the value its chunk arrived with.
     max_queue: int = 0
+    # The run (epoch) of the job the packet belongs to: its parameter server's, learnt by
+    # the workers when they join (0: none). A slot or a parameter server holding another
+    # run's chunk never adds this packet to it (docs/protocols.md, "Runs").
+    run: int = 0
 
     @property
     def is_ack(self) -> bool:
@@ -62,6 +67,7 @@ class AggPacket:
         _check("max_queue", self.max_queue, 0xFF)
         _check("contributors", self.contributors, 0xFFFFFFFF)
         _check("seq", self.seq, 0xFFFFFFFF)
+        _check("run", self.run, 0xFFFFFFFF)
         if len(self.values) != LANES:
             raise PacketError(f"values: {len(self.values)} lanes, the packet has {LANES}")
         head = _HEADER.pack(
@@ -73,6 +79,7 @@ class AggPacket:
             self.max_queue,
             self.contributors,
             self.seq,
+            self.run,
         )
         try:
             return head + _VALUES.pack(*self.values)
@@ -83,9 +90,15 @@ class AggPacket:
     def decode(cls, buf: bytes | bytearray | memoryview) -> AggPacket:
         if len(buf) < PACKET_BYTES:
             raise PacketError(f"length: {len(buf)} B, an aggregation packet has {PACKET_BYTES}")
-        job, slot, worker, fan_in, flags, queue, contributors, seq = _HEADER.unpack_from(buf, 0)
+        job, slot, worker, fan_in, flags, queue, contributors, seq, run = _HEADER.unpack_from(
+            buf, 0
+        )
         values = _VALUES.unpack_from(buf, _HEADER.size)
-        return cls(job, slot, worker, fan_in, seq, contributors, flags, values, queue)
+        return cls(job, slot, worker, fan_in, seq, contributors, flags, values, queue, run)
+
+    @property
+    def is_join(self) -> bool:
+        return bool(self.flags & FLAG_JOIN)
 
 
 def _check(name: str, value: int, top: int) -> None:

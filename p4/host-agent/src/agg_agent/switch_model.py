@@ -13,7 +13,14 @@ import threading
 from dataclasses import dataclass, field
 from enum import Enum
 
-from agg_agent.protocol import FLAG_ACK, FLAG_AGGREGATED, FLAG_RETRANSMIT, LANES, AggPacket
+from agg_agent.protocol import (
+    FLAG_ACK,
+    FLAG_AGGREGATED,
+    FLAG_JOIN,
+    FLAG_RETRANSMIT,
+    LANES,
+    AggPacket,
+)
 
 SLOTS = 1024
 
@@ -37,6 +44,7 @@ class Verdict(Enum):
 
 @dataclass(slots=True)
 class _Slot:
+    run: int = 0  # the run whose chunk the slot holds or last completed; 0 = never used
     seq_tag: int = 0  # seq + 1 of the chunk held or last completed; 0 = never used
     count: int = 0
     bitmap: int = 0
@@ -58,11 +66,15 @@ class SwitchModel:
     def process(self, pkt: AggPacket) -> Verdict:
         """Apply the pipeline to `pkt` in place (as the switch rewrites its headers)."""
         cfg = self.jobs.get(pkt.job_id)
-        if pkt.flags & FLAG_ACK or cfg is None or pkt.slot >= cfg.pool_size:
+        if pkt.flags & (FLAG_ACK | FLAG_JOIN) or cfg is None or pkt.slot >= cfg.pool_size:
             return Verdict.FORWARD
         s = self.slots[cfg.pool_base + pkt.slot]
         tag = (pkt.seq + 1) & 0xFFFFFFFF
-        if s.count == 0:
+        if s.run != pkt.run:
+            # Another run's leftovers (a killed run's partial sum, or a run before it):
+            # never added to, discarded, and the slot claimed for this run.
+            s.run, s.seq_tag, s.count, s.bitmap, s.values = pkt.run, tag, 0, 0, [0] * LANES
+        elif s.count == 0:
             if s.seq_tag == tag:
                 return Verdict.FORWARD  # late retransmission of a completed chunk
             s.seq_tag = tag
