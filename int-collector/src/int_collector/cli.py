@@ -44,10 +44,16 @@ def serve(
     listen: Annotated[
         str | None, typer.Option(help="HOST:PORT for reports (default 0.0.0.0:32766)")
     ] = None,
+    collector_id: Annotated[
+        str | None,
+        typer.Option(help="this collector's name when several write one bucket (collector tag)"),
+    ] = None,
     log_level: str = "INFO",
 ) -> None:
     """Receive reports on UDP and keep per-link state in InfluxDB (settings: env or file)."""
     overrides: dict[str, Any] = {}
+    if collector_id is not None:
+        overrides["collector_id"] = collector_id
     if listen is not None:
         overrides["listen_host"], overrides["listen_port"] = _host_port(listen, "--listen")
     settings = load_settings(config, **overrides)

@@ -1484,6 +1484,8 @@ class FastFabric:
                 fields["queue_occupancy_max"] = qmax
             if not math.isnan(util):
                 fields["utilization"] = util
+                if li[r, UHAS]:
+                    fields["utilization_from_bytes"] = True
             if not math.isnan(agg):
                 fields["aggregation_share"] = agg
             tags = {"switch": str(int(li[r, NODE])), "port": str(int(li[r, PORT]))}

@@ -52,6 +52,11 @@ class Collector:
     ) -> None:
         self.s = settings
         self.worker = worker
+        # Every series has one writer: with several collectors (or workers) on one bucket,
+        # a link crossed by flows to sinks of several writers gets a series from each, and
+        # the service merges them (docs/collector.md, "Several collectors").
+        cid = settings.collector_id
+        self.collector_tag = cid if workers == 1 or not cid else f"{cid}/{worker}"
         self.decoder = Decoder(
             IntMarking(
                 settings.int_dscp, settings.int_dscp_mask, frozenset(settings.int_udp_ports)
@@ -243,7 +248,11 @@ class Collector:
 
     def tick(self, force: bool = False) -> None:
         try:
-            self.writer.submit(self.fabric.due_points(force=force))
+            points = self.fabric.due_points(force=force)
+            if self.collector_tag:
+                for p in points:
+                    p.tags["collector"] = self.collector_tag
+            self.writer.submit(points)
         except Exception:  # pragma: no cover - never lose the loop to a bookkeeping bug
             self._dropped["internal"] = self._dropped.get("internal", 0) + 1
             log.exception("tick failed")

@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     # and folded at machine speed, the Python decoder for any other shape. False: the
     # Python reference path only.
     fast_path: bool = True
+    # This collector's name where several collectors write one bucket, each receiving the
+    # reports of its own switches (docs/collector.md, "Several collectors"). Set, it tags
+    # every point `collector=<id>` (`<id>/<worker>` with workers > 1), so each series has
+    # one writer; the service merges a link's series (a utilisation from byte counts,
+    # `utilization_from_bytes`, covers only the packets this collector's sinks reported,
+    # and adds up). Empty (default): no tag.
+    collector_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
     http_host: str = "127.0.0.1"
     http_port: int = Field(9273, ge=0, le=65535, description="/metrics and /healthz; 0: any")
 

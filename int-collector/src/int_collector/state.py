@@ -638,6 +638,10 @@ class Fabric:
             fields["queue_occupancy_max"] = float(ls.queue_max)
         if ls.util is not None:
             fields["utilization"] = float(ls.util)
+            # Of the packets this collector's sinks report only: several collectors' add
+            # up (docs/collector.md, "Several collectors").
+            if ls.util_start is not None:
+                fields["utilization_from_bytes"] = True
         if ls.agg_share is not None:
             fields["aggregation_share"] = float(ls.agg_share)
         tags = {"switch": str(ls.switch), "port": str(ls.port)}

@@ -55,7 +55,8 @@ def _context(fast_path: bool) -> Any:
     """Workers fork from a server process that imported (and, with the compiled path,
     loaded) everything once; the parent itself has threads, so it never forks."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["int_collector.preload" if fast_path else "int_collector.service"])
+    receive = "int_collector.preload" if fast_path else "int_collector.service"
+    ctx.set_forkserver_preload(["int_collector.forkserver_init", receive])
     return ctx
 
 
@@ -98,6 +99,8 @@ def _worker_main(
     parent = os.getppid()
     c = Collector(settings, worker=index, workers=workers, sock=sock)
     signal.signal(signal.SIGTERM, lambda _s, _f: c.stop())
+    # Blocked since the fork (forkserver_init): one that came meanwhile is delivered now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     lock = threading.Lock()
 
     def report(final: bool = False) -> bool:
@@ -395,6 +398,7 @@ class Supervisor:
                 w.proc.join(5)
                 status = 1
             elif w.proc.exitcode != 0:
+                log.error("worker %d exited with status %s", w.index, w.proc.exitcode)
                 status = 1
             w.proc.join(1)
             self._retire(w)

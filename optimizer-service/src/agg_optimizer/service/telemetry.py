@@ -10,6 +10,13 @@ The utilisation the model gets is the port's minus the share in-network aggregat
 (`aggregation_share`): the placed jobs' own streams are not congestion to route them around
 (the service re-places the jobs of a strategy together; the simulator's INT observer leaves
 out the re-placed jobs' classes the same way).
+
+A port may have several series: one per queue, and one per collector where several write the
+bucket (tag `collector`, docs/collector.md "Several collectors"), each from the reports its
+own sinks sent. They are merged per link: utilisation from byte counts
+(`utilization_from_bytes`) is each series' share of the port's packets and adds up; the
+switch's own tx utilisation, latency, queue and aggregation share are weighted by the hops
+each series saw in the window. A series older than `stale_s` takes no part.
 """
 
 from __future__ import annotations
@@ -30,15 +37,23 @@ class InfluxUnavailable(RuntimeError):
     pass
 
 
+LINK_FIELDS = ("utilization", "latency_ns", "queue_occupancy", "aggregation_share")
+
+
 def latest_links_flux(bucket: str, window_s: int) -> str:
+    """The newest value of every field of every series, and each series' hops in the window
+    (`_field` "hops_in_window", no `_time`)."""
+    latest = " or ".join(f'r._field == "{f}"' for f in (*LINK_FIELDS, "utilization_from_bytes"))
     return (
-        f'from(bucket: "{bucket}")\n'
+        f'data = from(bucket: "{bucket}")\n'
         f"  |> range(start: -{int(window_s)}s)\n"
         '  |> filter(fn: (r) => r._measurement == "int_link")\n'
-        '  |> filter(fn: (r) => r._field == "utilization" or r._field == "latency_ns"'
-        ' or r._field == "queue_occupancy" or r._field == "aggregation_share")\n'
-        "  |> last()\n"
-        '  |> keep(columns: ["_time", "_field", "_value", "switch", "port"])\n'
+        f"latest = data\n  |> filter(fn: (r) => {latest})\n  |> last()\n"
+        'hops = data\n  |> filter(fn: (r) => r._field == "samples")\n  |> sum()\n'
+        '  |> map(fn: (r) => ({r with _field: "hops_in_window"}))\n'
+        "union(tables: [latest, hops])\n"
+        '  |> keep(columns: ["_time", "_field", "_value", "switch", "port", "queue",'
+        ' "collector"])\n'
     )
 
 
@@ -66,6 +81,24 @@ def int_switch_ids(devices: Mapping[str, Any]) -> dict[str, str]:
     for sid, ids in by_mgmt.items():
         if len(ids) == 1 and sid not in out:
             out[sid] = ids[0]
+    return out
+
+
+def _merge(series: list[dict[str, Any]]) -> dict[str, float]:
+    """One link's fields from its series (queues, collectors): see the module docstring."""
+    if len(series) == 1:
+        return {k: v for k, v in series[0].items() if k in LINK_FIELDS}
+    out: dict[str, float] = {}
+    weight = [max(1.0, float(p.get("hops_in_window") or 0)) for p in series]
+    partial = [p for p in series if p.get("utilization_from_bytes") and "utilization" in p]
+    if partial:
+        out["utilization"] = sum(float(p["utilization"]) for p in partial)
+    for f in LINK_FIELDS:
+        if f == "utilization" and partial:
+            continue
+        have = [(float(p[f]), w) for p, w in zip(series, weight, strict=True) if f in p]
+        if have:
+            out[f] = sum(v * w for v, w in have) / sum(w for _, w in have)
     return out
 
 
@@ -116,7 +149,8 @@ class TelemetryReader:
                 port_to_link[(ln.src, str(ln.src_port))] = ln.dst
             if ln.dst_port is not None:
                 port_to_link[(ln.dst, str(ln.dst_port))] = ln.src
-        merged: dict[tuple[str, str], dict[str, Any]] = {}
+        # link -> (queue, collector) -> that series' newest fields, time, hops in the window
+        parts: dict[tuple[str, str], dict[tuple[Any, Any], dict[str, Any]]] = {}
         rows = self.rows()
         unmapped = 0
         for r in rows:
@@ -125,15 +159,23 @@ class TelemetryReader:
             if peer is None:
                 unmapped += 1
                 continue
-            m = merged.setdefault((dev, peer), {"time": r["_time"]})
-            m[r["_field"]] = r["_value"]
-            m["time"] = max(m["time"], r["_time"])
+            p = parts.setdefault((dev, peer), {}).setdefault(
+                (r.get("queue"), r.get("collector")), {"time": None}
+            )
+            p[r["_field"]] = r["_value"]
+            if r.get("_time") is not None:
+                p["time"] = r["_time"] if p["time"] is None else max(p["time"], r["_time"])
         links, stale = [], []
-        for (src, dst), m in sorted(merged.items()):
-            age = (now - m["time"]).total_seconds()
+        for (src, dst), series in sorted(parts.items()):
+            timed = [p for p in series.values() if p["time"] is not None]
+            if not timed:
+                continue
+            newest = max(p["time"] for p in timed)
+            age = (now - newest).total_seconds()
             if age > self.stale_s:
                 stale.append({"src": src, "dst": dst, "age_s": round(age, 3)})
                 continue
+            m = _merge([p for p in timed if (now - p["time"]).total_seconds() <= self.stale_s])
             util = min(1.0, max(0.0, float(m.get("utilization", 0.0))))
             own = min(1.0, max(0.0, float(m.get("aggregation_share", 0.0))))
             links.append(
