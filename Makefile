@@ -5,7 +5,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(HOME)/.local/bin/uv)
 RUN := $(UV) run --frozen
 
 .PHONY: all sync lint test demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
-	compose-check gui-screenshot
+	compose-check gui-screenshot atomix
 
 all: test
 
@@ -27,7 +27,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 
-test: lint influxdb onos onos-app-test compose-check
+test: lint influxdb onos onos-app-test atomix compose-check
 	$(RUN) pytest
 
 # The closed loop (docs/e2e.md): INT over UDP to the collector, InfluxDB, the service's control
@@ -122,6 +122,12 @@ onos-app:
 # against pom.xml, and the JUnit INT test leaves target/int-entries.json for tests/p4.
 onos-app-test:
 	cd onos-app && $(MVN) -B -q $(MVN_FLAGS) package
+
+# The Atomix 3.1.9 storage node of an ONOS cluster (onos-app/atomix/README.md): our launcher
+# and the Atomix library from Maven Central, for the cluster tests (tests/onos/test_cluster.py)
+# and compose's cluster profile.
+atomix:
+	cd onos-app/atomix && $(MVN) -B -q $(MVN_FLAGS) package
 
 # tests/deploy's checker of docker-compose.yml and the Dockerfiles (tests/deploy/composecheck:
 # compose-go and BuildKit's Dockerfile parser, the libraries docker compose itself uses; there

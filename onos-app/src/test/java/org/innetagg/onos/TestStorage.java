@@ -1,18 +1,26 @@
 package org.innetagg.onos;
 
+import org.onosproject.store.service.AsyncDistributedLock;
 import org.onosproject.store.service.ConsistentMap;
 import org.onosproject.store.service.ConsistentMapAdapter;
 import org.onosproject.store.service.ConsistentMapBuilder;
+import org.onosproject.store.service.DistributedLockBuilder;
 import org.onosproject.store.service.Serializer;
 import org.onosproject.store.service.TestConsistentMap;
 import org.onosproject.store.service.TestStorageService;
+import org.onosproject.store.service.Version;
 import org.onosproject.store.service.Versioned;
 
+import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
 import java.util.stream.Collectors;
 
 /**
@@ -24,6 +32,68 @@ import java.util.stream.Collectors;
  */
 public final class TestStorage extends TestStorageService {
     private final Map<String, ConsistentMap<?, ?>> maps = new HashMap<>();
+    private final Map<String, TestLock> locks = new HashMap<>();
+
+    /** One lock per name, whichever instance builds it, as the cluster's. */
+    @Override
+    public synchronized DistributedLockBuilder lockBuilder() {
+        return new DistributedLockBuilder() {
+            @Override
+            public AsyncDistributedLock build() {
+                synchronized (TestStorage.this) {
+                    return locks.computeIfAbsent(name(), TestLock::new);
+                }
+            }
+        };
+    }
+
+    /** Held by a thread here (by a node's session in Atomix); versions increase. */
+    private static final class TestLock implements AsyncDistributedLock {
+        private final String name;
+        private final ReentrantLock lock = new ReentrantLock();
+        private long version;
+
+        TestLock(String name) {
+            this.name = name;
+        }
+
+        @Override
+        public String name() {
+            return name;
+        }
+
+        private synchronized Version next() {
+            return new Version(++version);
+        }
+
+        @Override
+        public CompletableFuture<Version> lock() {
+            lock.lock();
+            return CompletableFuture.completedFuture(next());
+        }
+
+        @Override
+        public CompletableFuture<Optional<Version>> tryLock() {
+            return CompletableFuture.completedFuture(lock.tryLock() ? Optional.of(next()) : Optional.empty());
+        }
+
+        @Override
+        public CompletableFuture<Optional<Version>> tryLock(Duration timeout) {
+            try {
+                boolean got = lock.tryLock(timeout.toMillis(), TimeUnit.MILLISECONDS);
+                return CompletableFuture.completedFuture(got ? Optional.of(next()) : Optional.empty());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return CompletableFuture.completedFuture(Optional.empty());
+            }
+        }
+
+        @Override
+        public CompletableFuture<Void> unlock() {
+            lock.unlock();
+            return CompletableFuture.completedFuture(null);
+        }
+    }
 
     @Override
     @SuppressWarnings("unchecked")

@@ -11,14 +11,13 @@ import org.onosproject.net.device.DeviceService;
 import org.onosproject.mastership.MastershipEvent;
 import org.onosproject.mastership.MastershipListener;
 import org.onosproject.mastership.MastershipService;
-import org.onosproject.net.flow.FlowEntry;
-import org.onosproject.net.flow.FlowId;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleService;
 import org.onosproject.net.host.HostService;
 import org.onosproject.net.link.LinkService;
 import org.onosproject.store.serializers.KryoNamespaces;
 import org.onosproject.store.service.ConsistentMap;
+import org.onosproject.store.service.DistributedLock;
 import org.onosproject.store.service.Serializer;
 import org.onosproject.store.service.StorageService;
 import org.onosproject.store.service.Versioned;
@@ -32,16 +31,17 @@ import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.Executor;
-import java.util.concurrent.ExecutorService;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.Executors;
 import java.util.function.Predicate;
+import java.util.stream.Collectors;
 
 import static org.innetagg.onos.aggregation.JobNumberService.Holder.AGGREGATION;
 import static org.innetagg.onos.pipeconf.P4InfoConstants.INGRESS_PIPE_AGGREGATION_AGG_JOB;
@@ -61,12 +61,19 @@ import static org.onlab.util.Tools.groupedThreads;
  * only at the version read (compare-and-set), so each node removes exactly the stale entries
  * of the record it replaced; a node whose record was replaced again before its rules went out
  * reconciles the job's switches, so the last record wins on the switches too.
+ *
+ * <p>Checks that span jobs (a pool must not overlap another job's on the same switch) are
+ * made and acted on under one cluster-wide lock ({@link #LOCK}, ONOS's distributed lock:
+ * Atomix frees it when its holder's session ends), so two nodes placing two jobs at once
+ * cannot both take the same slots; changes of one job on one node are serialised as
+ * before by {@code synchronized}.
  */
 @Component(immediate = true, service = AggregationService.class)
 public class AggregationManager implements AggregationService {
     public static final String APP_NAME = "org.innetagg.app";
 
     static final String MAP = "innet-agg-placements";
+    static final String LOCK = "innet-agg-placement-changes";
     /** Placements by job, on top of ONOS's API namespace. */
     public static final Serializer SERIALIZER = Serializer.using(KryoNamespaces.API, StoredPlacement.class);
 
@@ -92,12 +99,15 @@ public class AggregationManager implements AggregationService {
     protected ApplicationId appId;
     /** Where mastership changes are reconciled, off ONOS's event thread (tests run it inline). */
     protected Executor reconciler;
-    private ExecutorService ownReconciler;
+    private ScheduledExecutorService ownReconciler;
+    private final EntryReconciler entries = new EntryReconciler(
+            "agg_job", INGRESS_PIPE_AGGREGATION_AGG_JOB, () -> appId, () -> flowRuleService, () -> deviceService, log);
     private ConsistentMap<String, StoredPlacement> jobs;
+    private DistributedLock changes;
     private final MastershipListener mastershipListener = event -> {
         if (event.type() == MastershipEvent.Type.MASTER_CHANGED
                 && mastershipService.isLocalMaster(event.subject())) {
-            reconciler.execute(() -> reconcile(Set.of(event.subject())::contains));
+            reconciler.execute(EntryReconciler.guarded(() -> reconcile(Set.of(event.subject())::contains), log));
         }
     };
 
@@ -110,9 +120,16 @@ public class AggregationManager implements AggregationService {
                 .withName(MAP)
                 .withSerializer(SERIALIZER)
                 .build();
+        changes = storageService.lockBuilder().withName(LOCK).build().asLock();
         if (reconciler == null) {
-            ownReconciler = Executors.newSingleThreadExecutor(groupedThreads("innet-agg", "reconcile-%d", log));
+            ownReconciler = Executors.newSingleThreadScheduledExecutor(
+                    groupedThreads("innet-agg", "reconcile-%d", log));
             reconciler = ownReconciler;
+            // Anti-entropy: the devices this node masters, whatever happened since (a pass
+            // that could not read a device, an event that never came, an entry removed).
+            ownReconciler.scheduleWithFixedDelay(
+                    EntryReconciler.guarded(() -> reconcile(mastershipService::isLocalMaster), log),
+                    EntryReconciler.PERIOD_S, EntryReconciler.PERIOD_S, TimeUnit.SECONDS);
         }
         mastershipService.addListener(mastershipListener);
         reconcile(d -> true);
@@ -146,6 +163,15 @@ public class AggregationManager implements AggregationService {
 
     @Override
     public synchronized AppliedPlacement apply(JobPlacement placement) throws InvalidPlacementException {
+        changes.lock();
+        try {
+            return applyLocked(placement);
+        } finally {
+            changes.unlock();
+        }
+    }
+
+    private AppliedPlacement applyLocked(JobPlacement placement) throws InvalidPlacementException {
         List<PortNumber> ports = new ArrayList<>();
         for (AggregatorConfig agg : placement.aggregators) {
             DeviceId device;
@@ -208,6 +234,15 @@ public class AggregationManager implements AggregationService {
 
     @Override
     public synchronized boolean remove(String jobId) {
+        changes.lock();
+        try {
+            return removeLocked(jobId);
+        } finally {
+            changes.unlock();
+        }
+    }
+
+    private boolean removeLocked(String jobId) {
         Versioned<StoredPlacement> stored;
         do {
             stored = jobs.get(jobId);
@@ -240,37 +275,8 @@ public class AggregationManager implements AggregationService {
      * different ones written.
      */
     public synchronized void reconcile(Predicate<DeviceId> which) {
-        Map<FlowId, FlowRule> wanted = new HashMap<>();
-        jobs.values().forEach(v -> v.value().rules(appId).stream()
-                .filter(r -> which.test(r.deviceId()))
-                .forEach(r -> wanted.put(r.id(), r)));
-        List<FlowRule> stale = new ArrayList<>();
-        Iterable<FlowEntry> present = flowRuleService.getFlowEntriesById(appId);
-        for (FlowEntry e : present == null ? List.<FlowEntry>of() : present) {
-            if (!e.table().equals(INGRESS_PIPE_AGGREGATION_AGG_JOB) || !which.test(e.deviceId())) {
-                continue;
-            }
-            if (e.state() == FlowEntry.FlowEntryState.PENDING_REMOVE
-                    || e.state() == FlowEntry.FlowEntryState.REMOVED) {
-                // On its way out: a wanted one is written again.
-                continue;
-            }
-            FlowRule want = wanted.get(e.id());
-            if (want == null) {
-                stale.add(e);
-            } else if (want.exactMatch(e)) {
-                wanted.remove(e.id());
-            }
-        }
-        if (!stale.isEmpty()) {
-            flowRuleService.removeFlowRules(stale.toArray(new FlowRule[0]));
-        }
-        if (!wanted.isEmpty()) {
-            flowRuleService.applyFlowRules(wanted.values().toArray(new FlowRule[0]));
-        }
-        if (!stale.isEmpty() || !wanted.isEmpty()) {
-            log.info("Reconciled agg_job entries: {} removed, {} written", stale.size(), wanted.size());
-        }
+        entries.reconcile(which, () -> jobs.values().stream().flatMap(v -> v.value().rules(appId).stream())
+                .collect(Collectors.toList()));
     }
 
     /**

@@ -2,6 +2,7 @@ package org.innetagg.onos.priority;
 
 import org.innetagg.onos.aggregation.AggregationManager;
 import org.innetagg.onos.aggregation.InvalidPlacementException;
+import org.innetagg.onos.aggregation.EntryReconciler;
 import org.innetagg.onos.aggregation.JobNumberService;
 import org.innetagg.onos.pipeconf.PipeconfLoader;
 import org.onosproject.core.ApplicationId;
@@ -12,8 +13,6 @@ import org.onosproject.net.device.DeviceService;
 import org.onosproject.mastership.MastershipEvent;
 import org.onosproject.mastership.MastershipListener;
 import org.onosproject.mastership.MastershipService;
-import org.onosproject.net.flow.FlowEntry;
-import org.onosproject.net.flow.FlowId;
 import org.onosproject.net.flow.FlowRule;
 import org.onosproject.net.flow.FlowRuleService;
 import org.onosproject.net.pi.service.PiPipeconfService;
@@ -32,14 +31,13 @@ import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.Executor;
-import java.util.concurrent.ExecutorService;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.Executors;
 import java.util.function.Predicate;
 import java.util.stream.Collectors;
@@ -84,12 +82,14 @@ public class TrafficClassManager implements TrafficClassService {
     protected ApplicationId appId;
     /** Where mastership changes are reconciled, off ONOS's event thread (tests run it inline). */
     protected Executor reconciler;
-    private ExecutorService ownReconciler;
+    private ScheduledExecutorService ownReconciler;
+    private final EntryReconciler entries = new EntryReconciler(
+            "traffic_class", INGRESS_PIPE_TRAFFIC_CLASS_TRAFFIC_CLASS, () -> appId, () -> flowRuleService, () -> deviceService, log);
     private ConsistentMap<String, StoredClass> jobs;
     private final MastershipListener mastershipListener = event -> {
         if (event.type() == MastershipEvent.Type.MASTER_CHANGED
                 && mastershipService.isLocalMaster(event.subject())) {
-            reconciler.execute(() -> reconcile(Set.of(event.subject())::contains));
+            reconciler.execute(EntryReconciler.guarded(() -> reconcile(Set.of(event.subject())::contains), log));
         }
     };
 
@@ -101,8 +101,14 @@ public class TrafficClassManager implements TrafficClassService {
                 .withSerializer(SERIALIZER)
                 .build();
         if (reconciler == null) {
-            ownReconciler = Executors.newSingleThreadExecutor(groupedThreads("innet-agg", "classes-%d", log));
+            ownReconciler = Executors.newSingleThreadScheduledExecutor(
+                    groupedThreads("innet-agg", "classes-%d", log));
             reconciler = ownReconciler;
+            // Anti-entropy: the devices this node masters, whatever happened since (a pass
+            // that could not read a device, an event that never came, an entry removed).
+            ownReconciler.scheduleWithFixedDelay(
+                    EntryReconciler.guarded(() -> reconcile(mastershipService::isLocalMaster), log),
+                    EntryReconciler.PERIOD_S, EntryReconciler.PERIOD_S, TimeUnit.SECONDS);
         }
         mastershipService.addListener(mastershipListener);
         reconcile(d -> true);
@@ -216,37 +222,8 @@ public class TrafficClassManager implements TrafficClassService {
      * the stored classes need.
      */
     public synchronized void reconcile(Predicate<DeviceId> which) {
-        Map<FlowId, FlowRule> wanted = new HashMap<>();
-        jobs.values().forEach(v -> v.value().rules(appId).stream()
-                .filter(r -> which.test(r.deviceId()))
-                .forEach(r -> wanted.put(r.id(), r)));
-        List<FlowRule> stale = new ArrayList<>();
-        Iterable<FlowEntry> present = flowRuleService.getFlowEntriesById(appId);
-        for (FlowEntry e : present == null ? List.<FlowEntry>of() : present) {
-            if (!e.table().equals(INGRESS_PIPE_TRAFFIC_CLASS_TRAFFIC_CLASS) || !which.test(e.deviceId())) {
-                continue;
-            }
-            if (e.state() == FlowEntry.FlowEntryState.PENDING_REMOVE
-                    || e.state() == FlowEntry.FlowEntryState.REMOVED) {
-                // On its way out: a wanted one is written again.
-                continue;
-            }
-            FlowRule want = wanted.get(e.id());
-            if (want == null) {
-                stale.add(e);
-            } else if (want.exactMatch(e)) {
-                wanted.remove(e.id());
-            }
-        }
-        if (!stale.isEmpty()) {
-            flowRuleService.removeFlowRules(stale.toArray(new FlowRule[0]));
-        }
-        if (!wanted.isEmpty()) {
-            flowRuleService.applyFlowRules(wanted.values().toArray(new FlowRule[0]));
-        }
-        if (!stale.isEmpty() || !wanted.isEmpty()) {
-            log.info("Reconciled traffic_class entries: {} removed, {} written", stale.size(), wanted.size());
-        }
+        entries.reconcile(which, () -> jobs.values().stream().flatMap(v -> v.value().rules(appId).stream())
+                .collect(Collectors.toList()));
     }
 
     /** As AggregationManager#settle: reconciles the job's switches when another node changed it since. */

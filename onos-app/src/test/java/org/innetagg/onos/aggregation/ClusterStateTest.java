@@ -8,6 +8,7 @@ import org.innetagg.onos.priority.JobClass;
 import org.innetagg.onos.priority.TestTrafficClasses;
 import org.innetagg.onos.priority.TrafficClassManager;
 import org.junit.Test;
+import org.onosproject.net.DeviceId;
 import org.onosproject.net.flow.FlowRule;
 
 import java.io.InputStream;
@@ -127,6 +128,48 @@ public class ClusterStateTest {
     }
 
     @Test
+    public void twoNodesNeverBothTakeOverlappingPools() throws Exception {
+        // Two nodes place two jobs whose pools overlap on leaf1, at once, many times: the
+        // check and the write are one step across the cluster, so exactly one is accepted.
+        Node a = new Node(switches);
+        Node b = new Node(switches);
+        ExecutorService pool = Executors.newFixedThreadPool(2);
+        try {
+            for (int round = 0; round < 200; round++) {
+                CyclicBarrier start = new CyclicBarrier(2);
+                String first = "first-" + round;
+                String second = "second-" + round;
+                Callable<Boolean> one = () -> {
+                    start.await();
+                    try {
+                        a.aggregation.apply(AggregationManagerTest.validAs(first, 0));
+                        return true;
+                    } catch (InvalidPlacementException e) {
+                        return false;
+                    }
+                };
+                Callable<Boolean> two = () -> {
+                    start.await();
+                    try {
+                        b.aggregation.apply(AggregationManagerTest.validAs(second, 8));
+                        return true;
+                    } catch (InvalidPlacementException e) {
+                        return false;
+                    }
+                };
+                Future<Boolean> x = pool.submit(one);
+                Future<Boolean> y = pool.submit(two);
+                boolean gotX = x.get(60, TimeUnit.SECONDS);
+                boolean gotY = y.get(60, TimeUnit.SECONDS);
+                assertTrue("round " + round + ": both or neither placed", gotX ^ gotY);
+                assertTrue(a.aggregation.remove(gotX ? first : second));
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    @Test
     public void jobNumbersNeverCollideWhenNodesAllocateAtOnce() throws Exception {
         List<JobNumberRegistry> nodes = List.of(TestTopology.numbers(storage), TestTopology.numbers(storage),
                 TestTopology.numbers(storage), TestTopology.numbers(storage));
@@ -241,6 +284,41 @@ public class ClusterStateTest {
     }
 
     @Test
+    public void aDeviceWhoseEntriesCannotBeReadDoesNotStopTheOthersAndIsRepairedLater() throws Exception {
+        // After a node dies, reading a device it still masters times out in ONOS's flow store
+        // (FlowRuleStoreException.Timeout, 30 s): the survivor's pass must still write the
+        // devices it took over (the CI failure of 2026-11-27: a pass over every device gave up
+        // at the dead node's device, and the placement's entries never came back).
+        Node dead = new Node(new TestTopology.RecordingFlowRules());
+        AppliedPlacement placed = dead.aggregation.apply(placement("resnet-a", 0));
+        Set<DeviceId> unreadable = new HashSet<>(Set.of(LEAF2));
+        TestTopology.RecordingFlowRules flaky = new TestTopology.RecordingFlowRules() {
+            @Override
+            public Iterable<org.onosproject.net.flow.FlowEntry> getFlowEntries(DeviceId id) {
+                if (unreadable.contains(id)) {
+                    throw new IllegalStateException("flow store timeout on " + id);
+                }
+                return super.getFlowEntries(id);
+            }
+
+            @Override  // as ONOS's: every device's entries, so it throws too
+            public Iterable<org.onosproject.net.flow.FlowEntry> getFlowEntriesById(
+                    org.onosproject.core.ApplicationId id) {
+                if (!unreadable.isEmpty()) {
+                    throw new IllegalStateException("flow store timeout on " + unreadable);
+                }
+                return super.getFlowEntriesById(id);
+            }
+        };
+        Node survivor = new Node(flaky);  // its activation's pass over every device
+        assertEquals(Set.of(LEAF1), flaky.installed(INGRESS_PIPE_AGGREGATION_AGG_JOB).stream()
+                .map(FlowRule::deviceId).collect(Collectors.toSet()));
+        unreadable.clear();  // the dead node's device taken over: the next pass repairs it
+        survivor.aggregation.reconcile(d -> true);
+        assertSameRules(placed.rules, new HashSet<>(flaky.installed(INGRESS_PIPE_AGGREGATION_AGG_JOB)));
+    }
+
+    @Test
     public void twoNodesReplacingOneJobAtOnceLeaveTheLastRecordOnTheSwitches() throws Exception {
         Node b = new Node(switches);
         JobPlacement second = AggregationManagerTest.fixture("resnet-a", "replaced.json");
@@ -279,6 +357,12 @@ public class ClusterStateTest {
             public Iterable<org.onosproject.net.flow.FlowEntry> getFlowEntriesById(
                     org.onosproject.core.ApplicationId id) {
                 return switches.getFlowEntriesById(id);
+            }
+
+            @Override
+            public Iterable<org.onosproject.net.flow.FlowEntry> getFlowEntries(
+                    org.onosproject.net.DeviceId id) {
+                return switches.getFlowEntries(id);
             }
         };
         Node a = new Node(slow);

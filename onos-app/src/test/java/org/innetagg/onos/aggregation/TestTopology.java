@@ -207,6 +207,11 @@ public final class TestTopology {
             public Iterable<Device> getAvailableDevices() {
                 return DEVICES.values().stream().filter(d -> isAvailable(d.id())).collect(Collectors.toList());
             }
+
+            @Override
+            public Iterable<Device> getDevices() {
+                return List.copyOf(DEVICES.values());
+            }
         };
     }
 
@@ -246,6 +251,12 @@ public final class TestTopology {
         @Override
         public Iterable<FlowEntry> getFlowEntriesById(ApplicationId id) {
             return installed.values().stream().filter(r -> r.appId() == id.id())
+                    .map(DefaultFlowEntry::new).collect(Collectors.toList());
+        }
+
+        @Override
+        public Iterable<FlowEntry> getFlowEntries(DeviceId deviceId) {
+            return installed.values().stream().filter(r -> r.deviceId().equals(deviceId))
                     .map(DefaultFlowEntry::new).collect(Collectors.toList());
         }
 
