@@ -103,3 +103,49 @@ def test_a_few_milliseconds_do_not_move_a_job(client: TestClient) -> None:
     assert not svc._worth_moving(view, job, cur, alt)
     svc.s = svc.s.model_copy(update={"min_improvement_s": 0.0})
     assert svc._worth_moving(view, job, cur, alt)
+
+
+def test_the_network_is_compiled_once_per_view_for_every_job_judged(
+    client: TestClient, monkeypatch
+) -> None:
+    """`worth_moving` judges each job whose placement changed on the view's link state: the
+    network is compiled once per view, not once per job (0.6 s each at k=64), and the
+    judgements are those of a network compiled for each."""
+    from agg_optimizer.service import loop
+
+    other = {**JOB, "id": "k", "workers": [H2], "ps": "00:00:00:00:00:04/None"}
+    for job in (JOB, other):
+        assert client.post("/api/v1/jobs", json=job).status_code == 201
+    r = client.post("/api/v1/placements", json={})
+    assert {p["status"] for p in r.json()} == {"applied"}, r.text
+    svc: Service = client.app.state.service
+
+    real = loop.Network.from_instance
+
+    class Counted(loop.Network):
+        builds = 0
+
+        @classmethod
+        def from_instance(cls, inst):  # type: ignore[no-untyped-def]
+            Counted.builds += 1
+            return real(inst)
+
+    monkeypatch.setattr(loop, "Network", Counted)
+    cases = []
+    for jid in ("j", "k"):
+        cur = svc.store.current(jid)["placement"]
+        (path,) = {tuple(p[1:-1]) for p in cur["worker_paths"].values()}
+        spine = "device:spine1" if "device:spine2" in path else "device:spine2"
+        alt = _via(cur, ["device:leaf1", spine, "device:leaf2"])
+        cases += [(svc.store.job(jid), cur, alt), (svc.store.job(jid), alt, cur)]
+    j_path = next(iter(svc.store.current("j")["placement"]["worker_paths"].values()))
+    hot = [_hot(a, b, 0.95) for a, b in itertools.pairwise(j_path[1:-1])]
+    for links in ([], hot):
+        view = _view(svc, links)
+        before = Counted.builds
+        got = [svc._worth_moving(view, job, old, new) for job, old, new in cases]
+        assert Counted.builds == before + 1  # one view, one network, four judgements
+        # as judged each on a network of its own (a loop of its own per judgement)
+        assert got == [loop.ControlLoop(svc).worth_moving(view, *c) for c in cases]
+        assert Counted.builds == before + 1 + len(cases)
+        assert any(got) == bool(links), got

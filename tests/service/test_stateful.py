@@ -170,8 +170,10 @@ def fabric(influx: Any, bucket: str, tmp_path: Path) -> Iterator[None]:
     onos = StandinOnos()
     onos.aggregation = {}
     onos.start()
+    # ONOS's timeout sized for a loaded 2-core machine: one run at load 19 saw no 201, and
+    # a create whose ONOS view times out (make_settings' 2 s) answers 503, the likely cause.
     s = make_settings(onos, influx, bucket, tmp_path / "db", intent_wait_s=1.0,
-                      view_max_age_s=0)  # fmt: skip
+                      view_max_age_s=0, onos_timeout_s=30.0)  # fmt: skip
     app = create_app(s, loop=False)
     with TestClient(app, headers={"Content-Type": "application/json"}) as c:
         F.onos, F.client, F.svc = onos, c, app.state.service

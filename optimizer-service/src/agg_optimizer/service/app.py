@@ -365,6 +365,7 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         # loop and the scheduler skip their passes while this instance stands by.
         svc.lease.start(lead, lambda: None)
         svc.start_probe()
+        svc.warm_topology()
         if loop:
             svc.start_loop()
             svc.start_scheduler()
@@ -386,6 +387,12 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         """FastAPI's own 422, without the offending input where JSON cannot carry it (NaN,
         Infinity: rendering them raised and answered 500)."""
         return JSONResponse({"detail": [_json_safe_error(e) for e in exc.errors()]}, 422)
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(request: Request, exc: Unavailable) -> JSONResponse:
+        """A dependency down where no route mapped it (the database under a cached read):
+        503 naming it, as everywhere else."""
+        return JSONResponse({"detail": str(exc)}, 503, {"Retry-After": "1"})
 
     dry_flights: dict[tuple, asyncio.Future[bytes]] = {}
 
@@ -443,14 +450,6 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         authorization: Annotated[str | None, Header()] = None,
         content_type: Annotated[str | None, Header()] = None,
     ) -> None:
-        if not svc.lease.leading:
-            raise HTTPException(
-                503,
-                f"standby: {svc.lease.leader} leads this database (lease until "
-                f"{time.strftime('%H:%M:%S', time.localtime(svc.lease.expires))}); send changes "
-                "there, or again once this instance has taken over",
-                {"Retry-After": str(max(1, round(svc.s.lease_ttl_s / 3)))},
-            )
         if token:
             if not authorized(authorization):
                 raise HTTPException(

@@ -328,11 +328,12 @@ class Applier:
         """A store written before desired state was recorded: each placed job's current
         placement, with the intents the store holds for it, becomes its desired state."""
         desired = self.store.desired()
+        currents = self.store.currents()
         for j in self.store.jobs():
             jid = j["id"]
             if jid in desired:
                 continue
-            cur = self.store.current(jid)
+            cur = currents.get(jid)
             if not cur or cur["status"] not in ("applied", "intents-only", "partial"):
                 continue
             bodies = {

@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..documents import Instance, Job, JobPlacement, Placement, SlotPool, Telemetry, Topology
@@ -22,13 +23,13 @@ from .lease import Lease
 from .loop import ControlLoop
 from .onos import (
     AggregationApi,
+    HostIndex,
     HostInfo,
     OnosClient,
     OnosError,
     OnosUnavailable,
     PriorityApi,
     intent_digest,
-    resolve_host,
 )
 from .scheduler import Scheduler, ScheduleState
 from .settings import Settings
@@ -52,11 +53,21 @@ class View:
     telemetry_error: str | None = None
     seq: int = field(default_factory=itertools.count().__next__)  # which fetch this is
 
+    @cached_property
+    def host_index(self) -> HostIndex:
+        return HostIndex(self.hosts)
+
+    @cached_property
+    def programmable(self) -> tuple[int, int]:
+        """How many programmable switches, and the most slots one has."""
+        slots = [n.slots for n in self.topology.nodes if n.kind == "switch" and n.programmable]
+        return len(slots), max(slots, default=0)
+
 
 class Service:
     def __init__(self, settings: Settings) -> None:
         self.s = settings
-        self.store = Store(settings.db_path)
+        self.store = Store(settings.store_target())
         self.onos = OnosClient(
             settings.onos_url,
             settings.onos_user,
@@ -72,9 +83,7 @@ class Service:
         self.applier = Applier(
             settings, self.store, self.onos, self.aggregation, self.priority, self._count
         )
-        self.lease = Lease(
-            self.store, f"{settings.onos_url}#{settings.onos_app_id}", settings.lease_ttl_s
-        )
+        self.lease = Lease(self.store, settings.fabric_name(), settings.lease_ttl_s)
         self.influx = TelemetryReader(
             settings.influx_url,
             settings.influx_token.get_secret_value(),
@@ -83,7 +92,8 @@ class Service:
             settings.telemetry_window_s,
             settings.telemetry_stale_s,
         )
-        self.apply_lock = threading.Lock()
+        # Changes to the fabric one at a time, across every replica of this database
+        self.apply_lock = self.store.apply_lock(settings.fabric_name())
         self.control = ControlLoop(self)
         self._stop = threading.Event()
         self.scheduler = Scheduler(
@@ -93,6 +103,11 @@ class Service:
         self.counters: dict[str, int] = {}
         self._view: tuple[float, View] | None = None
         self._view_lock = threading.Lock()
+        # The newest topology fetched by anything (reads, applies, the loop, registration),
+        # by when its fetch began: registration resolves hosts in it (`_hosts_view`).
+        self._latest: tuple[float, View] | None = None
+        self._hosts_lock = threading.Lock()
+        self.warmed = threading.Event()  # the start's topology fetch ended (`warm_topology`)
         # Peer plans of the view in force: workers that poll their plan share one solve
         # per view (NetMax takes ~0.15 s for 8 workers) instead of one each.
         self._peer_plans: tuple[View | None, dict[tuple, dict[str, Any]]] = (None, {})
@@ -155,6 +170,7 @@ class Service:
         return view if time.monotonic() - at <= self.s.view_max_age_s else None
 
     def _fetch_view(self, with_telemetry: bool) -> View:
+        began = time.monotonic()
         try:
             topo, hosts, devices = self.onos.topology()
         except OnosUnavailable as e:
@@ -170,7 +186,48 @@ class Service:
                 snap = self.influx.snapshot(topo, devices)
             except InfluxUnavailable as e:
                 err = str(e)
-        return View(topo, hosts, devices, snap, err)
+        view = View(topo, hosts, devices, snap, err)
+        latest = self._latest
+        if latest is None or latest[0] <= began:
+            self._latest = (began, view)
+        return view
+
+    def _hosts_view(self, since: float | None = None) -> View:
+        """ONOS's topology for registration: the newest any call fetched, if that fetch
+        began at most `hosts_max_age_s` ago (and, given `since`, not before it); else one
+        fetched now, without telemetry, shared by the registrations that wait meanwhile.
+        A k=64 fat-tree's topology takes seconds to fetch and decode; a registration reads
+        a few of its hosts."""
+        floor = -float("inf") if since is None else since
+
+        def usable() -> View | None:
+            latest = self._latest
+            if latest is None or latest[0] < floor:
+                return None
+            fresh = time.monotonic() - latest[0] <= self.s.hosts_max_age_s
+            return latest[1] if fresh else None
+
+        view = usable()
+        if view is not None:
+            return view
+        with self._hosts_lock:
+            return usable() or self._fetch_view(False)
+
+    def warm_topology(self) -> None:
+        """Fetch ONOS's topology in the background as the service starts, for registration
+        (`_hosts_view`): the first registration then finds it, or waits for this fetch
+        instead of starting its own (a k=64 fabric's took 9-27 s under load). ONOS not
+        answering: logged, and the first registration fetches it as before."""
+
+        def run() -> None:
+            try:
+                self._hosts_view()
+            except Exception as e:  # ONOS down or answering nonsense: not fatal here
+                log.info("topology not fetched at start (%s); registration fetches it", e)
+            finally:
+                self.warmed.set()
+
+        threading.Thread(target=run, name="warm-topology", daemon=True).start()
 
     def readiness(self) -> dict[str, str]:
         """The background probe's last answers (`start_probe`); a probe that has not come
@@ -181,7 +238,10 @@ class Service:
             checks, at = dict(self._probe_state), self._probe_at
         age = time.monotonic() - at
         if age > 2 * self.s.probe_period_s + self.s.onos_timeout_s:
-            return {k: f"no answer from the probe for {age:.1f} s" for k in ("onos", "influxdb")}
+            return {
+                k: f"no answer from the probe for {age:.1f} s"
+                for k in ("onos", "influxdb", "database")
+            }
         return checks
 
     def _probe_once(self) -> dict[str, str]:
@@ -192,6 +252,11 @@ class Service:
         except (OnosUnavailable, OnosError) as e:
             out["onos"] = str(e)
         out["influxdb"] = "ok" if self.influx.ping() else f"InfluxDB at {self.s.influx_url} down"
+        try:
+            self.store.ping()
+            out["database"] = "ok"
+        except Exception as e:  # down (StoreUnavailable), or closed while stopping
+            out["database"] = str(e)
         return out
 
     def start_probe(self) -> None:
@@ -220,32 +285,33 @@ class Service:
             raise Conflict(f"id: job {spec['id']!r} exists")
         if self.store.count_jobs() >= self.s.max_jobs:
             raise TooLarge(f"jobs: the limit of {self.s.max_jobs} jobs is reached")
-        view = self.view(with_telemetry=False)
+        view = self._hosts_view()
+        refs = [*spec["workers"], spec["ps"]]
+        if any(view.host_index.resolve(r) is None for r in refs):
+            # a host ONOS may have learnt since that view: ask ONOS before refusing it
+            view = self._hosts_view(since=time.monotonic())
+        index = view.host_index
         resolved = []
         for i, ref in enumerate(spec["workers"]):
-            hid = resolve_host(ref, view.hosts)
+            hid = index.resolve(ref)
             if hid is None:
                 raise BadField(f"workers[{i}]", f"{ref!r} is no host known to ONOS")
             if hid in resolved:
                 raise BadField(f"workers[{i}]", f"{ref!r} is host {hid} listed twice")
             resolved.append(hid)
-        ps = resolve_host(spec["ps"], view.hosts)
+        ps = index.resolve(spec["ps"])
         if ps is None:
             raise BadField("ps", f"{spec['ps']!r} is no host known to ONOS")
         if ps in resolved:
             raise BadField("ps", f"{spec['ps']!r} is also a worker")
         cap = spec.get("max_aggregators")
-        n_prog = sum(1 for n in view.topology.nodes if n.kind == "switch" and n.programmable)
+        n_prog, most = view.programmable
         if cap is not None and cap > n_prog:
             raise BadField(
                 "max_aggregators",
                 f"{cap} exceeds the {n_prog} programmable switches ONOS knows",
             )
         pool = spec.get("pool_slots")
-        most = max(
-            (n.slots for n in view.topology.nodes if n.kind == "switch" and n.programmable),
-            default=0,
-        )
         if pool is not None and pool > most:
             raise BadField(
                 "pool_slots",
@@ -260,7 +326,9 @@ class Service:
         }
         try:
             self.store.add_job(spec["id"], doc, strategy)
-        except Exception as e:  # a concurrent create of the same id
+        except Unavailable:
+            raise
+        except Exception as e:  # a concurrent create of the same id (on any replica)
             raise Conflict(f"id: job {spec['id']!r} exists") from e
         return self.get_job(spec["id"])
 
@@ -284,6 +352,9 @@ class Service:
         with self.apply_lock:
             with self.scheduler.lock:
                 pushed = job_id in self.sched.pushed
+            # The leader's scheduler pushes classes; a replica that does not lead cannot
+            # tell whether this job's is on the switches, so it removes it anyway.
+            pushed = pushed or (bool(self.s.schedule_policy) and not self.lease.leading)
             try:
                 n, agg = self.applier.remove(job_id, pushed)
             except OnosUnavailable as e:
@@ -393,8 +464,9 @@ class Service:
         # switch that left holds nothing, and its jobs are re-placed without it.
         live = {n.id for n in view.topology.nodes if n.kind == "switch"}
         current = {}
+        currents = self.store.currents()
         for j in jobs:
-            cur = self.store.current(j["id"])
+            cur = currents.get(j["id"])
             if cur and cur["status"] in HOLDING:
                 current[j["id"]] = [
                     a["switch"] for a in cur["placement"]["aggregators"] if a["switch"] in live
@@ -473,11 +545,12 @@ class Service:
         it moves to as well (the switches may hold either)."""
         held: dict[str, list[tuple[str, SlotPool]]] = {}
         desired = self.store.desired()
+        currents = self.store.currents()
         for j in jobs:
             if j["id"] in wanted:
                 continue
             docs = []
-            cur = self.store.current(j["id"])
+            cur = currents.get(j["id"])
             if cur and cur["status"] in HOLDING:
                 docs.append(cur["placement"])
             d = desired.get(j["id"])

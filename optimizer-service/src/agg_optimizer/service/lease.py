@@ -1,11 +1,14 @@
-"""Which of the instances sharing one database leads: a lease row in that database.
+"""Which of the replicas sharing one database leads: a lease row in that database.
 
-The leader applies placements and runs the control loop, the scheduler and reconcile; a
-standby answers reads and refuses changes (503 naming the leader) until the lease expires
-unrenewed, then takes over and reconciles first. A holder on this host whose process is
-gone (killed) is taken over at once. The lease names the fabric (ONOS URL and app id), so
-it extends to replicas on a shared PostgreSQL later (docs/service.md, "One writer per
-fabric").
+The leader runs the control loop, the scheduler and reconcile; every replica answers the
+API, reads and changes alike (changes to the fabric go one at a time through the
+database's apply lock, `Store.apply_lock`). The lease is renewed every third of its time to
+live; a standby takes it once it expires unrenewed, and reconciles first. A holder known to
+be gone is taken over at once: on this host, a process that no longer exists; on
+PostgreSQL, a holder whose database session has ended (the kernel closes a killed
+process's connections, and PostgreSQL ends their sessions). Times are the database's
+clock, so replicas on hosts whose clocks differ agree on expiry (docs/service.md,
+"Replicas").
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from .store import Store
+from .store import Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ class Lease:
     def try_acquire(self) -> bool:
         ours, holder, expires = self.store.acquire_lease(self.name, self.holder, self.ttl_s)
         if not ours and self._dead(holder):
-            log.warning("lease %s: holder %s is gone from this host: taking over", self.name,
+            log.warning("lease %s: holder %s is gone (process or session): taking over", self.name,
                         holder)  # fmt: skip
             self.store.release_lease(self.name, holder)
             ours, holder, expires = self.store.acquire_lease(self.name, self.holder, self.ttl_s)
@@ -46,6 +49,13 @@ class Lease:
         return ours
 
     def _dead(self, holder: str) -> bool:
+        if holder == self.holder:
+            return False
+        try:
+            if self.store.lease_session_gone(self.name, holder):
+                return True
+        except Exception as e:  # the database busy or gone: the lease's expiry decides
+            log.warning("lease %s: could not ask after %s's session: %s", self.name, holder, e)
         host, _, rest = holder.partition(":")
         pid = rest.split(":", 1)[0]
         if host != self.host or not pid.isdigit() or int(pid) == os.getpid():
@@ -67,7 +77,7 @@ class Lease:
         else:
             log.warning(
                 "standby: %s leads this database until its lease expires; this instance "
-                "answers reads and takes over then",
+                "answers the API and takes over the loop, the scheduler and reconcile then",
                 self.leader,
             )
 
@@ -96,5 +106,11 @@ class Lease:
             self._thread.join(5)
             self._thread = None
         if self.leading:
-            self.store.release_lease(self.name, self.holder)
             self.leading = False
+            try:
+                self.store.release_lease(self.name, self.holder)
+            except StoreUnavailable as e:
+                # The database is down as this instance stops: the lease expires unrenewed
+                # (ttl_s) and a standby takes it then. Stopping must not fail for it.
+                log.warning("lease %s not released (%s): it expires in %.0f s", self.name,
+                            e, self.ttl_s)  # fmt: skip

@@ -93,7 +93,11 @@ class OnosClient:
         priority: int = 40000,
         capacity_gbps: float = 10.0,
     ) -> None:
-        self.base = base_url.rstrip("/")
+        # An ONOS cluster's nodes (commas): calls go to the node that answered last, and
+        # on to the next when it cannot be reached; every node serves the same stores.
+        self.nodes = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
+        self._node = 0
+        self.base = self.nodes[0]
         self.root = self.base.rsplit("/onos/", 1)[0]
         self.app_id = app_id
         self.timeout = timeout_s
@@ -123,10 +127,7 @@ class OnosClient:
     ) -> requests.Response:
         """`app_errors`: a 503 that carries a JSON message is the app's answer about the
         request (a device of the document not available), returned, not an outage."""
-        try:
-            r = self.session.request(method, url, timeout=self.timeout, **kw)
-        except requests.RequestException as e:
-            raise OnosUnavailable(f"ONOS at {self.root} unreachable: {type(e).__name__}") from None
+        r = self._on_a_live_node(method, url, **kw)
         if app_errors and r.status_code == 503 and _json_message(r):
             return r
         if r.status_code >= 500:
@@ -134,6 +135,31 @@ class OnosClient:
         if r.status_code == 401:
             raise OnosUnavailable(f"ONOS at {self.root} rejected the credentials (401)")
         return r
+
+    def _on_a_live_node(self, method: str, url: str, **kw: Any) -> requests.Response:
+        """`url` (on the current node) on the current node, or on the next ones in turn
+        when it cannot be reached or answers 503 (a node that is starting or has lost its
+        cluster); the node that answers becomes the current one."""
+        tail = url[len(self.root) :] if url.startswith(self.root) else None
+        last = ""
+        for i in range(len(self.nodes)):
+            n = (self._node + i) % len(self.nodes)
+            node_root = self.nodes[n].rsplit("/onos/", 1)[0]
+            target = node_root + tail if tail is not None else url
+            try:
+                r = self.session.request(method, target, timeout=self.timeout, **kw)
+            except requests.RequestException as e:
+                last = f"ONOS at {node_root} unreachable: {type(e).__name__}"
+                continue
+            if r.status_code == 503 and len(self.nodes) > 1 and not _json_message(r):
+                last = f"ONOS at {node_root} answered 503"
+                continue
+            if n != self._node:
+                self._node, self.base, self.root = n, self.nodes[n], node_root
+            return r
+        if len(self.nodes) > 1:
+            last = f"no ONOS node answered ({last}; tried {len(self.nodes)} nodes)"
+        raise OnosUnavailable(last)
 
     def _get_json(self, path: str) -> dict[str, Any]:
         r = self._request("GET", self.base + path)
@@ -397,16 +423,23 @@ def _message(r: requests.Response) -> str:
         return (r.text or r.reason or "")[:300]
 
 
-def resolve_host(ref: str, hosts: Mapping[str, HostInfo]) -> str | None:
-    """An ONOS host id, MAC or IP → the host id, or None."""
-    if ref in hosts:
-        return ref
-    if MAC_RE.match(ref):
+class HostIndex:
+    """ONOS host id, MAC or IP -> the host id, by dict lookups: built once per view (a k=64
+    fat-tree has 65,536 hosts, and a scan of them per reference made each registration
+    slow). Where hosts share a MAC or an IP, the first in ONOS's order wins."""
+
+    def __init__(self, hosts: Mapping[str, HostInfo]) -> None:
+        self.hosts = hosts
+        self.macs: dict[str, str] = {}
+        self.ips: dict[str, str] = {}
         for h in hosts.values():
-            if h.mac.lower() == ref.lower():
-                return h.id
-        return None
-    for h in hosts.values():
-        if ref in h.ips:
-            return h.id
-    return None
+            self.macs.setdefault(h.mac.lower(), h.id)
+            for ip in h.ips:
+                self.ips.setdefault(ip, h.id)
+
+    def resolve(self, ref: str) -> str | None:
+        if ref in self.hosts:
+            return ref
+        if MAC_RE.match(ref):
+            return self.macs.get(ref.lower())
+        return self.ips.get(ref)

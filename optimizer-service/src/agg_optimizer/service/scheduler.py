@@ -66,8 +66,9 @@ class Scheduler:
             raise BadField("policy", f"unknown {policy!r}; one of {', '.join(POLICIES)}")
         progress, created = self.store.progress(), self.store.created()
         demands = []
+        currents = self.store.currents()
         for spec in self.store.jobs():
-            cur = self.store.current(spec["id"])
+            cur = currents.get(spec["id"])
             if not cur or cur["status"] not in HOLDING:
                 continue
             job = Job.model_validate({k: spec[k] for k in Job.model_fields if k in spec})

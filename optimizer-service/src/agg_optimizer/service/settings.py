@@ -13,7 +13,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGG_OPTIMIZER_", env_file=None, extra="forbid")
 
-    onos_url: str = Field("http://127.0.0.1:8181/onos/v1", description="ONOS REST base URL.")
+    onos_url: str = Field(
+        "http://127.0.0.1:8181/onos/v1",
+        description="ONOS REST base URL; an ONOS cluster's nodes separated by commas: every "
+        "call goes to a live one (the one that answered last first).",
+    )
     onos_user: str = "onos"
     onos_password: SecretStr = SecretStr("rocks")
     onos_app_id: str = Field("org.innetagg.optimizer", description="Application id of the intents.")
@@ -38,6 +42,13 @@ class Settings(BaseSettings):
         ge=0,
         description="Reads (dry runs, what-if, topology, telemetry) reuse an ONOS and "
         "InfluxDB view this young; applies and the control loop always read afresh.",
+    )
+    hosts_max_age_s: float = Field(
+        60.0,
+        ge=0,
+        description="Registration resolves host references in the newest ONOS topology any "
+        "call fetched, if this young; a reference it does not know fetches the topology "
+        "again before it is refused (0: every registration fetches it).",
     )
     dry_run_cache: bool = Field(
         True,
@@ -75,6 +86,17 @@ class Settings(BaseSettings):
         default_factory=lambda: _state_dir() / "agg-optimizer.sqlite",
         description="SQLite state (jobs, placements, intents); default "
         "$XDG_STATE_HOME/agg-optimizer/, i.e. ~/.local/state/agg-optimizer/.",
+    )
+    database_url: SecretStr | None = Field(
+        None,
+        description="postgresql://user:password@host:port/db: the state in PostgreSQL, "
+        "shared by replicas of the service (one leads the loop, the scheduler and "
+        "reconcile; all answer the API). Unset: SQLite at db_path.",
+    )
+    fabric: str | None = Field(
+        None,
+        description="The name replicas sharing a database lead under (one leader per "
+        "fabric); default: the ONOS URLs, sorted, and the app id.",
     )
     max_request_bytes: int = Field(1_000_000, ge=1024)
     max_jobs: int = Field(256, ge=1)
@@ -147,6 +169,43 @@ class Settings(BaseSettings):
         if v is not None and v.get_secret_value() != v.get_secret_value().strip():
             raise ValueError("has leading or trailing whitespace")
         return v
+
+    @field_validator("onos_url")
+    @classmethod
+    def _onos_urls(cls, v: str) -> str:
+        urls = [u.strip() for u in v.split(",")]
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"{u!r} is no ONOS REST base URL (http://host:8181/onos/v1); several are "
+                    "separated by commas"
+                )
+        return ",".join(urls)
+
+    @field_validator("database_url")
+    @classmethod
+    def _pg_url(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or v.get_secret_value() == "":
+            return None
+        if not v.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// (unset it for SQLite at db_path)")
+        return v
+
+    def onos_urls(self) -> list[str]:
+        return self.onos_url.split(",")
+
+    def fabric_name(self) -> str:
+        """What one leader is elected for: replicas of one fabric must agree on it."""
+        if self.fabric:
+            return self.fabric
+        urls = sorted(u.rstrip("/") for u in self.onos_urls())
+        return f"{','.join(urls)}#{self.onos_app_id}"
+
+    def store_target(self) -> str:
+        """The PostgreSQL URL, or the SQLite file."""
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return str(self.db_path)
 
     @field_validator("schedule_policy")
     @classmethod
