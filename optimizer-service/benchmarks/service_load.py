@@ -52,14 +52,15 @@ HEY = Path(
 
 
 def hey(
-    url: str, clients: int, seconds: float, body: str | None, qps: float = 0
+    url: str, clients: int, seconds: float, body: str | None, qps: float = 0, timeout: int = 20
 ) -> subprocess.Popen:
     """`hey` (Go; `make bench-service` installs it) as the load generator: a Python client
-    spent more CPU than the service at 50 clients and became what was measured."""
+    spent more CPU than the service at 50 clients and became what was measured. A request
+    unanswered after `timeout` seconds counts as an error (hey's own default, 20 s)."""
     how = ["-m", "GET"] if body is None else ["-m", "POST", "-T", "application/json", "-d", body]
     return subprocess.Popen(
-        [str(HEY), "-z", f"{seconds}s", "-c", str(clients), "-q", str(qps), *how, "-o", "csv",
-         url],
+        [str(HEY), "-z", f"{seconds}s", "-c", str(clients), "-q", str(qps), "-t", str(timeout),
+         *how, "-o", "csv", url],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
 

@@ -69,6 +69,40 @@ def test_link_to_unknown_node_and_telemetry_on_a_missing_link():
     assert e.value.field == "telemetry.links[0]"
 
 
+@pytest.mark.parametrize(
+    ("bad", "field", "text"),
+    [
+        (Link(src="e0_0", dst="e0_0"), "topology.links[{n}]", "self-loop"),
+        (Link(src="h0_0_0", dst="h1_0_0"), "topology.links[{n}]", "two hosts"),
+        (Link(src="a0_0", dst="e0_0"), "topology.links[{n}]", "duplicate link"),
+        (Link(src="e0_0", dst="nowhere"), "topology.links[{n}].dst", "unknown node"),
+        (Link(src="h0_0_0", dst="e1_0"), "topology.links", "exactly one link"),
+    ],
+)
+def test_a_bad_link_among_many_is_named(bad: Link, field: str, text: str) -> None:
+    # the links are checked as arrays first (validation._links_look_valid); the error still
+    # names the first bad link, as the loop did
+    inst = _inst()
+    n = len(inst.topology.links)
+    inst.topology.links.append(bad)
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == field.format(n=n)
+    assert text in e.value.message
+
+
+def test_telemetry_on_a_missing_link_after_good_entries_is_named() -> None:
+    inst = _inst()
+    good = [LinkTelemetry(src=ln.dst, dst=ln.src) for ln in inst.topology.links[:5]]
+    inst.telemetry.links.extend([*good, LinkTelemetry(src="e0_0", dst="e1_0")])
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == "telemetry.links[5]"
+    check_instance(
+        inst.model_copy(update={"telemetry": inst.telemetry.model_copy(update={"links": good})})
+    )
+
+
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from agg_optimizer.cli import main; main()", *args],

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from . import agg, baselines, bottleneck, exact
 from .context import SHARED_ROUTING_MAX_JOBS, Context
 from .documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
+from .forest_placement import job_placements
 from .network import JobTree, evaluate
 from .pools import PoolAllocator
 from .validation import check_instance
@@ -61,10 +64,10 @@ def _rerouted(
     own funnels led it to worse trees than greedy's did in 7 of 20 seeds (docs/evaluation.md,
     "Does the LP earn its place?")."""
 
-    def run(ctx: Context) -> tuple[Decision, SolverStats, dict[str, JobTree]]:
+    def run(ctx: Context) -> tuple[Decision, SolverStats, dict[str, JobTree] | None]:
         aggs, stats = place(ctx)
         if len(ctx.jobs) > SHARED_ROUTING_MAX_JOBS:
-            return aggs, stats, ctx.int_trees
+            return aggs, stats, None  # ctx's own INT trees
         score, funnels0 = _judge(ctx, aggs)
         best = first = (score, ctx, aggs, stats)
         kept = 0
@@ -115,7 +118,10 @@ def _heuristic(fn: Callable[[Context], Decision], int_aware: bool):
     return run
 
 
-STRATEGIES: dict[str, Callable[[Context], tuple[Decision, SolverStats, dict[str, JobTree]]]] = {
+# A strategy's trees are None where they are the context's own INT trees (`build_placement`
+# then describes large instances from the forest, without building a JobTree per job).
+Strategy = Callable[[Context], tuple[Decision, SolverStats, dict[str, JobTree] | None]]
+STRATEGIES: dict[str, Strategy] = {
     "agg": _rerouted(lambda ctx: agg.place(ctx)[:2], steer=baselines.int_greedy),
     # AGG with the min-max objective first (bottleneck.py), the surrogate within it.
     "agg-mm": _rerouted(bottleneck.place, steer=baselines.int_greedy),
@@ -139,13 +145,24 @@ ABLATIONS = ("greedy-rr", "agg-mm", "agg-own")
 
 
 def build_placement(
-    ctx: Context, name: str, trees: dict[str, JobTree], aggs: Decision, stats: SolverStats
+    ctx: Context,
+    name: str,
+    trees: dict[str, JobTree] | None,
+    aggs: Decision,
+    stats: SolverStats,
 ) -> Placement:
-    """The placement document: who sums what, where it goes next, and the predicted CCT."""
+    """The placement document: who sums what, where it goes next, and the predicted CCT.
+    `trees` None: ctx's INT trees."""
     inst = ctx.instance
     pools = PoolAllocator(
         {n.id: n.slots for n in inst.topology.nodes if n.kind == "switch"}, inst.reserved
     )
+    from .shared import EXACT_MAX_JOBS, shared_ccts  # the simulator's core: only when placing
+
+    if trees is None and len(ctx.jobs) > EXACT_MAX_JOBS:
+        return _placement_from_forest(ctx, name, aggs, stats, pools)
+    if trees is None:
+        trees = ctx.int_trees
     jobs: list[JobPlacement] = []
     total = 0.0
     ccts = []
@@ -194,8 +211,6 @@ def build_placement(
         )
         total += job.weight * cost.surrogate
         ccts.append(cost.cct)
-    from .shared import shared_ccts  # the simulator's core (numba): only when placing
-
     shared = shared_ccts(inst, jobs, ctx.net)
     for jp, job in zip(jobs, ctx.jobs, strict=True):
         jp.predicted_cct_isolated_s = jp.predicted_cct_s
@@ -214,10 +229,58 @@ def build_placement(
     )
 
 
+def _placement_from_forest(
+    ctx: Context, name: str, aggs: Decision, stats: SolverStats, pools: PoolAllocator
+) -> Placement:
+    """`build_placement` on ctx's INT trees above EXACT_MAX_JOBS jobs (no shared CCT),
+    from the forest's arrays (`forest_placement`)."""
+    jobs, surrogates = job_placements(ctx, aggs, pools)
+    pen = ctx.instance.switching_penalty_s
+    total = 0.0
+    for job, cost in zip(ctx.jobs, surrogates, strict=True):
+        if pen:  # Context.weighted_cost, term by term
+            a = aggs.get(job.id, set())
+            cost += pen * len(a - set(ctx.instance.current.get(job.id, [])))
+        total += job.weight * cost
+    for jp in jobs:
+        jp.predicted_cct_isolated_s = jp.predicted_cct_s
+    ccts = [jp.predicted_cct_s for jp in jobs]
+    return Placement(
+        strategy=name,
+        jobs=jobs,
+        objective_s=total,
+        mean_predicted_cct_s=sum(ccts) / len(ccts) if ccts else 0.0,
+        cct_model="isolated",
+        stats=stats,
+    )
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector off while solving. A large instance is millions of live
+    objects (k=64 with 10,000 jobs: its 393,216 telemetry entries alone), every full
+    collection walks all of them, and the solve's own allocations triggered enough of them
+    to take 1 to 4 s of a 6-10 s solve at k=64 (docs/benchmarks/scale.md). What the solve
+    allocates is freed by reference counting; cycles, if any, wait for the next collection
+    after it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def solve(instance: Instance, strategy: str = "agg", *, seed: int = 0) -> Placement:
     """Validate, place with `strategy`, and describe the result."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: unknown {strategy!r}; one of {', '.join(STRATEGIES)}")
+    with _no_cycle_collection():
+        return _solve(instance, strategy, seed)
+
+
+def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
     check_instance(instance)
     if not instance.jobs:  # nothing to place (HiGHS calls an empty model no solution)
         return Placement(

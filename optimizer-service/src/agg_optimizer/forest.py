@@ -32,6 +32,11 @@ class Forest:
     weight: np.ndarray  # job weight, per node
     const: np.ndarray  # per job: worker-edge stream time (does not depend on the choice)
     segment: np.ndarray  # bottom node of the node's segment, -1 if none
+    # every job's workers in order: job index, forest node of its switch, per-stream time
+    # of its edge
+    w_job: np.ndarray
+    w_node: np.ndarray
+    w_tau: np.ndarray
 
     @property
     def inputs(self) -> np.ndarray:
@@ -100,7 +105,8 @@ def build_forest(
     w_job_a = np.array(w_job, dtype=np.int64)
     w_tor_a = np.array(w_tor, dtype=np.int64)
     const = np.zeros(nj)
-    np.add.at(const, w_job_a, np.array(w_tau))
+    w_tau_a = np.array(w_tau, dtype=np.float64)
+    np.add.at(const, w_job_a, w_tau_a)
 
     # every (job, switch) on a worker's path, walking next hops to the root
     keys = [w_job_a * n_sw + w_tor_a]
@@ -120,7 +126,8 @@ def build_forest(
     parent = np.where(is_root, -1, np.searchsorted(node_key, job * n_sw + par_sw))
 
     direct = np.zeros(n, dtype=np.int64)
-    np.add.at(direct, np.searchsorted(node_key, w_job_a * n_sw + w_tor_a), 1)
+    w_node = np.searchsorted(node_key, w_job_a * n_sw + w_tor_a)
+    np.add.at(direct, w_node, 1)
     n_children = np.zeros(n, dtype=np.int64)
     np.add.at(n_children, parent[~is_root], 1)
     only_child = np.full(n, -1, dtype=np.int64)
@@ -138,7 +145,7 @@ def build_forest(
     # per-stream time of each node's up edge: residual of (switch -> parent) or (root -> PS)
     tau = np.empty(n)
     nr = ~is_root
-    tau[nr] = bits[job[nr]] / net.switch_resid()[sw[nr], par_sw[nr]]
+    tau[nr] = bits[job[nr]] / net.edge_data()[1][net.edge_index(sw[nr], par_sw[nr])]
     tau[is_root] = root_tau[job[is_root]]
     dist = np.zeros(n)
     for lvl in reversed(levels):
@@ -175,4 +182,7 @@ def build_forest(
         weight=np.array([j.weight for j in jobs])[job],
         const=const,
         segment=segment,
+        w_job=w_job_a,
+        w_node=w_node,
+        w_tau=w_tau_a,
     )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import ValidationError
 
-from .documents import Instance
+from .documents import Instance, Topology
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class InstanceError(ValueError):
@@ -28,22 +33,11 @@ def describe_validation_error(err: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def check_instance(inst: Instance) -> None:
-    """Raise `InstanceError` for the first structural problem found."""
-    # scipy, not networkx: the solve that follows loads scipy's graph routines anyway, and
-    # networkx alone added 0.18 s to every `agg-optimizer solve` (docs/benchmarks/cli.md).
-    import numpy as np
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    topo = inst.topology
-    kinds: dict[str, str] = {}
-    for i, n in enumerate(topo.nodes):
-        if n.id in kinds:
-            raise InstanceError(f"topology.nodes[{i}].id", f"duplicate node id {n.id!r}")
-        kinds[n.id] = n.kind
-    if not any(k == "switch" for k in kinds.values()):
-        raise InstanceError("topology.nodes", "no switch in the topology")
+def _check_links(
+    topo: Topology, kinds: dict[str, str]
+) -> tuple[set[frozenset[str]], dict[str, int]]:
+    """The links one by one: raises for the first bad one; the links as unordered pairs and
+    each node's degree otherwise."""
     edges: set[frozenset[str]] = set()
     degree = dict.fromkeys(kinds, 0)
     for i, ln in enumerate(topo.links):
@@ -61,15 +55,92 @@ def check_instance(inst: Instance) -> None:
         edges.add(edge)
         degree[ln.src] += 1
         degree[ln.dst] += 1
+    return edges, degree
+
+
+def _pair_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    import numpy as np
+
+    return np.minimum(a, b) * n + np.maximum(a, b)
+
+
+def _links_look_valid(
+    topo: Topology, index: dict[str, int], is_host: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """What `_check_links` checks, as arrays: the links' ends, their unordered pairs (sorted
+    keys) and every node's degree when no link is bad, else None."""
+    import numpy as np
+
+    try:
+        ends = np.array([(index[ln.src], index[ln.dst]) for ln in topo.links], dtype=np.int64)
+    except KeyError:
+        return None
+    ends = ends.reshape(-1, 2)
+    n = len(index)
+    keys = np.sort(_pair_keys(ends[:, 0], ends[:, 1], n))
+    if (
+        np.any(ends[:, 0] == ends[:, 1])
+        or np.any(is_host[ends[:, 0]] & is_host[ends[:, 1]])
+        or np.any(keys[1:] == keys[:-1])
+    ):
+        return None
+    return ends, keys, np.bincount(ends.ravel(), minlength=n)
+
+
+def _telemetry_looks_valid(inst: Instance, index: dict[str, int], link_keys: np.ndarray) -> bool:
+    """Every telemetry direction is on a link (`link_keys`: `_links_look_valid`'s)."""
+    import numpy as np
+
+    tl = inst.telemetry.links
+    try:
+        ends = np.array([(index[t.src], index[t.dst]) for t in tl], dtype=np.int64)
+    except KeyError:
+        return False
+    ends = ends.reshape(-1, 2)
+    keys = _pair_keys(ends[:, 0], ends[:, 1], len(index))
+    at = np.minimum(np.searchsorted(link_keys, keys), max(len(link_keys) - 1, 0))
+    return len(keys) == 0 or (len(link_keys) > 0 and bool(np.all(link_keys[at] == keys)))
+
+
+def check_instance(inst: Instance) -> None:
+    """Raise `InstanceError` for the first structural problem found."""
+    # scipy, not networkx: the solve that follows loads scipy's graph routines anyway, and
+    # networkx alone added 0.18 s to every `agg-optimizer solve` (docs/benchmarks/cli.md).
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    topo = inst.topology
+    kinds: dict[str, str] = {}
+    for i, n in enumerate(topo.nodes):
+        if n.id in kinds:
+            raise InstanceError(f"topology.nodes[{i}].id", f"duplicate node id {n.id!r}")
+        kinds[n.id] = n.kind
+    if not any(k == "switch" for k in kinds.values()):
+        raise InstanceError("topology.nodes", "no switch in the topology")
+    index = {nid: k for k, nid in enumerate(kinds)}
+    is_host = np.array([k == "host" for k in kinds.values()], dtype=bool)
+    # The links and the telemetry checked as arrays first (a k=64 fat-tree has 196,608 links
+    # and twice that telemetry, and the loops below took a second); the loops run only to
+    # name the first problem when the arrays show one.
+    fast = _links_look_valid(topo, index, is_host)
+    if fast is not None:
+        ends, link_keys, degrees = fast
+        degree = dict(zip(kinds, degrees.tolist(), strict=True))
+    else:
+        edges, degree = _check_links(topo, kinds)
     for nid, kind in kinds.items():
         if kind == "host" and degree[nid] != 1:
             raise InstanceError(
                 "topology.links", f"host {nid!r} must have exactly one link, has {degree[nid]}"
             )
 
-    for i, lt in enumerate(inst.telemetry.links):
-        if frozenset((lt.src, lt.dst)) not in edges:
-            raise InstanceError(f"telemetry.links[{i}]", f"no link {lt.src}->{lt.dst}")
+    if fast is None or not _telemetry_looks_valid(inst, index, link_keys):
+        if fast is not None:
+            edges = {frozenset((ln.src, ln.dst)) for ln in topo.links}
+        for i, lt in enumerate(inst.telemetry.links):
+            if frozenset((lt.src, lt.dst)) not in edges:
+                raise InstanceError(f"telemetry.links[{i}]", f"no link {lt.src}->{lt.dst}")
     for i, st in enumerate(inst.telemetry.switches):
         if kinds.get(st.switch) != "switch":
             raise InstanceError(f"telemetry.switches[{i}].switch", f"unknown switch {st.switch!r}")
@@ -85,9 +156,9 @@ def check_instance(inst: Instance) -> None:
                     f"pool {p.base}..{p.base + p.size - 1} beyond the switch's {slots[sw]} slots",
                 )
 
-    index = {nid: k for k, nid in enumerate(kinds)}
-    ends = np.array([(index[ln.src], index[ln.dst]) for ln in topo.links], dtype=np.int64)
-    ends = ends.reshape(-1, 2)
+    if fast is None:
+        ends = np.array([(index[ln.src], index[ln.dst]) for ln in topo.links], dtype=np.int64)
+        ends = ends.reshape(-1, 2)
     adj = coo_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(len(index),) * 2)
     labels = connected_components(adj, directed=False)[1]
     component = {nid: int(labels[k]) for nid, k in index.items()}
