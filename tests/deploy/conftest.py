@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 TOOL_DIR = REPO / "tests" / "deploy" / "composecheck"
-PROFILES = ("synthetic", "emulated")
+PROFILES = ("synthetic", "emulated", "cluster")
 
 
 def composecheck_path() -> Path:

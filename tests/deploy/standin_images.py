@@ -40,6 +40,7 @@ PYTHON = "python:3.11-slim-bookworm"
 MAVEN = "maven:3.9-eclipse-temurin-17"
 INFLUXDB = "influxdb:2.7"
 ONOS = "onosproject/onos:2.7.0"
+POSTGRES = "postgres:15"
 FRONTEND = "docker/dockerfile:1"
 BUILD_TIMEOUT_S = 1800  # apt and Maven downloads on a loaded 2-core machine
 
@@ -221,6 +222,19 @@ def services(log: Callable[[str], None]) -> None:
         _build(ONOS, ctx, onos_want)
 
     ensure(ONOS, onos_want, onos, log)
+
+
+def postgres(log: Callable[[str], None] = print) -> None:
+    """postgres:15 from Debian bookworm's PostgreSQL 15 (the cluster profile's database)."""
+    parent = debian(log)
+    want = digest(HERE / "postgres", parent)
+
+    def build(tmp: Path) -> None:
+        ctx = tmp / "postgres"
+        shutil.copytree(HERE / "postgres", ctx)
+        _build(POSTGRES, ctx, want)
+
+    ensure(POSTGRES, want, build, log)
 
 
 def missing_inputs() -> str | None:

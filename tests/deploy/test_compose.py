@@ -18,6 +18,14 @@ DEFAULT_SERVICES = {"influxdb", "onos", "onos-app", "int-collector", "optimizer"
 PROFILE_SERVICES = {
     "synthetic": {"onos-fabric", "int-generator"},
     "emulated": {"mininet", "onos-netcfg"},
+    "cluster": {
+        *(f"atomix-{i}" for i in (1, 2, 3)),
+        *(f"onos-{i}" for i in (1, 2, 3)),
+        "onos-cluster-app",
+        "postgres",
+        "optimizer-1",
+        "optimizer-2",
+    },
 }
 
 
@@ -127,7 +135,7 @@ def test_bind_mounts_exist_in_the_repository(model: dict[str, Any]) -> None:
 
 
 def test_one_shot_services_do_not_restart_and_others_do(model: dict[str, Any]) -> None:
-    one_shot = {"onos-app", "onos-fabric", "onos-netcfg", "mininet"}
+    one_shot = {"onos-app", "onos-fabric", "onos-netcfg", "mininet", "onos-cluster-app"}
     for name, svc in model["services"].items():
         if name in one_shot:
             assert svc.get("restart", "no") == "no", name

@@ -26,7 +26,7 @@ PYTHON_IMAGES = {  # Dockerfile -> the workspace member it packages
     "optimizer-service/Dockerfile": "optimizer-service",
     "int-collector/Dockerfile": "int-collector",
 }
-ALL = [*PYTHON_IMAGES, "onos-app/Dockerfile"]
+ALL = [*PYTHON_IMAGES, "onos-app/Dockerfile", "onos-app/atomix/Dockerfile"]
 
 
 def builds(model: dict[str, Any]) -> dict[str, list[str]]:

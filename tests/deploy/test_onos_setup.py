@@ -379,7 +379,7 @@ def test_the_ready_file_is_the_one_int_report_writes(model: dict[str, Any]) -> N
 
 
 def test_compose_commands_parse_with_the_setup_tool(model: dict[str, Any]) -> None:
-    for name in ("onos-app", "onos-fabric", "onos-netcfg"):
+    for name in ("onos-app", "onos-fabric", "onos-netcfg", "onos-cluster-app"):
         setup.parser().parse_args(model["services"][name]["command"])
 
 
@@ -387,10 +387,11 @@ def test_onos_starts_the_apps_ours_requires(model: dict[str, Any]) -> None:
     pom = (REPO / "onos-app" / "pom.xml").read_text()
     requires = re.search(r"<onos.app.requires>([^<]*)</onos.app.requires>", pom)
     assert requires
-    apps = model["services"]["onos"]["environment"]["ONOS_APPS"].split(",")
-    full = {a if a.startswith("org.") else f"org.onosproject.{a}" for a in apps}
-    assert {r.strip() for r in requires.group(1).split(",")} <= full
-    assert "org.onosproject.gui2" in full  # the GUI the mission points users to
+    for node in ("onos", "onos-1", "onos-2", "onos-3"):
+        apps = model["services"][node]["environment"]["ONOS_APPS"].split(",")
+        full = {a if a.startswith("org.") else f"org.onosproject.{a}" for a in apps}
+        assert {r.strip() for r in requires.group(1).split(",")} <= full, node
+        assert "org.onosproject.gui2" in full, node  # the GUI the mission points users to
 
 
 def test_emulated_fabric_uses_our_pipeconf_and_cpu_port(model: dict[str, Any]) -> None:
