@@ -250,19 +250,36 @@ def test_onos_app_image_ships_the_oar_maven_names_and_the_setup_tool(model: dict
     assert model["services"]["onos-app"]["command"] == ["install", oar["dest"]]
 
 
+def base_images_of(path: str) -> set[str]:
+    """The images a Dockerfile builds FROM, by its ARG defaults (what `--check` resolves)."""
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", (REPO / path).read_text(), re.M))
+    out = set()
+    for ref in re.findall(r"^FROM (\S+)", (REPO / path).read_text(), re.M):
+        out.add(args.get(ref.removeprefix("${").removesuffix("}"), ref))
+    return out
+
+
 @pytest.mark.parametrize("path", ALL)
 def test_buildkit_checks_each_dockerfile_where_an_engine_runs(path: str) -> None:
     why = docker_missing("engine")
     if why:
         pytest.skip(f"no Docker engine to build with: {why}; BuildKit's parser checked it instead")
-    if standin_images.label(standin_images.FRONTEND) is None:
-        # The `# syntax` line's frontend is an image: pulled by a Docker user; where no
-        # registry answers, it must have been built here (docs/deploy.md).
-        pytest.skip(
-            f"no {standin_images.FRONTEND} image, the Dockerfiles' `# syntax` frontend (pulled, "
-            "or built from buildkit's frontend/dockerfile/cmd/dockerfile-frontend); "
-            "BuildKit's parser checked the file instead"
-        )
+    # `--check` resolves the `# syntax` frontend and every base image: a Docker user pulls
+    # them; where no registry answers they are the stand-ins built here (standins/README.md).
+    why = standin_images.missing_base()
+    if why:
+        pytest.skip(f"{why}; BuildKit's parser checked the file instead")
+    bases = base_images_of(path)
+    assert bases <= {standin_images.PYTHON, standin_images.MAVEN, standin_images.ONOS}, bases
+    try:
+        standin_images.base_images(print)
+        if standin_images.ONOS in bases:
+            why = standin_images.missing_inputs()
+            if why:
+                pytest.skip(f"{why}; BuildKit's parser checked the file instead")
+            standin_images.services(print)
+    except standin_images.StandInError as e:
+        pytest.fail(str(e))
     r = subprocess.run(
         ["docker", "buildx", "build", "--check", "-f", str(REPO / path), str(REPO)],
         capture_output=True, text=True, timeout=600,
