@@ -196,6 +196,12 @@ def collector_port(onos: onosd.OnosServer) -> int | None:
 def test_the_int_app_drives_our_int_programmable(device: dict) -> None:
     onos = device["onos"]
     report_config(onos, 32766)
+    # ONOS 2.7's INT app clears every INT intent when its report config changes (it puts the
+    # config's watchSubnets in their place), on its own thread after the POST is answered: an
+    # intent posted at once can be cleared by it (CI once: no watchlist entry, `applied 0 INT
+    # objectives of 0` in ONOS's log). The device's report_collector entry holding the new
+    # port means the config was applied, and the clear done before it.
+    onosd.wait_for(lambda: collector_port(onos) == 32766, 90, "the report config applied")
     intent = {
         "selector": {
             "criteria": [

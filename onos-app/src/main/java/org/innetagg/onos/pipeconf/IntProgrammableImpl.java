@@ -57,6 +57,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import java.util.stream.StreamSupport;
 
@@ -113,6 +114,8 @@ public class IntProgrammableImpl extends AbstractHandlerBehaviour implements Int
 
     /** INT-MD's remaining hop count at the source: more than a fat-tree's 5 switches. */
     static final int MAX_HOPS = 16;
+    /** How long cleanup() waits for the report group's removal to complete. */
+    static final long CLEANUP_WAIT_MS = 10_000;
     /** Device annotation naming the port reports leave by, when the collector is no known host. */
     public static final String REPORT_PORT_ANNOTATION = "intReportPort";
     static final GroupKey REPORT_GROUP_KEY =
@@ -407,6 +410,11 @@ public class IntProgrammableImpl extends AbstractHandlerBehaviour implements Int
         GroupBuckets buckets = new GroupBuckets(List.of(DefaultGroupBucket.createCloneGroupBucket(
                 DefaultTrafficTreatment.builder().setOutput(port).build())));
         Group existing = groups.getGroup(deviceId(), REPORT_GROUP_KEY);
+        if (existing != null && existing.state() == Group.GroupState.PENDING_DELETE) {
+            // cleanup() just removed it (ONOS's INT app cleans up before every pass): a group
+            // on its way out is no clone session; add it again once it is gone.
+            existing = awaitGroupGone(groups) ? null : existing;
+        }
         if (existing == null) {
             groups.addGroup(new DefaultGroupDescription(deviceId(), GroupDescription.Type.CLONE,
                     buckets, REPORT_GROUP_KEY, REPORT_CLONE_SESSION, appId()));
@@ -434,10 +442,34 @@ public class IntProgrammableImpl extends AbstractHandlerBehaviour implements Int
             GroupService groups = handler().get(GroupService.class);
             if (groups.getGroup(deviceId(), REPORT_GROUP_KEY) != null) {
                 groups.removeGroup(deviceId(), REPORT_GROUP_KEY, appId());
+                awaitGroupGone(groups);
             }
         } catch (RuntimeException e) {
             log.warn("{}: INT cleanup failed: {}", deviceId(), e.getMessage());
         }
+    }
+
+    /**
+     * Waits (at most {@link #CLEANUP_WAIT_MS}) until the report clone group is gone from ONOS's
+     * group store; true if it is. A group removed and added again at once was lost on bmv2:
+     * the add saw the group still there, PENDING_DELETE, and the removal then completed.
+     */
+    private boolean awaitGroupGone(GroupService groups) {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CLEANUP_WAIT_MS);
+        while (groups.getGroup(deviceId(), REPORT_GROUP_KEY) != null) {
+            if (System.nanoTime() > deadline) {
+                log.warn("{}: the INT report group is still not removed after {} ms", deviceId(),
+                         CLEANUP_WAIT_MS);
+                return false;
+            }
+            try {
+                Thread.sleep(20);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+        }
+        return true;
     }
 
     private List<FlowEntry> ours(FlowRuleService rules) {

@@ -107,6 +107,7 @@ import static org.innetagg.onos.pipeconf.PipelineModelCheck.assertFits;
 import static org.innetagg.onos.pipeconf.PipelineModelCheck.param;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotEquals;
 import static org.junit.Assert.assertNotNull;
 import static org.junit.Assert.assertNull;
 import static org.junit.Assert.assertTrue;
@@ -588,6 +589,26 @@ public class IntProgrammableImplTest {
         return v;
     }
 
+    /**
+     * ONOS's INT app calls cleanup() and then programs the device again at once: the report
+     * group, removed but still PENDING_DELETE in ONOS's store, must be added again once gone,
+     * not taken for present (on bmv2 a second pass left the switch without its clone session).
+     */
+    @Test
+    public void aPassRightAfterCleanupAddsTheReportGroupAgain() {
+        IntProgrammable b = behaviour(LEAF2);
+        assertTrue(b.init());
+        assertTrue(b.setupIntConfig(reportConfig(true)));
+        assertNotNull(groups.getGroup(LEAF2, IntProgrammableImpl.REPORT_GROUP_KEY));
+        groups.deleteDelayMs = 300;
+        b.cleanup();
+        assertTrue(b.init());
+        assertTrue(b.setupIntConfig(reportConfig(true)));
+        Group g = groups.getGroup(LEAF2, IntProgrammableImpl.REPORT_GROUP_KEY);
+        assertNotNull("no report group after the pass", g);
+        assertNotEquals(Group.GroupState.PENDING_DELETE, g.state());
+    }
+
     /** Applied rules are the device's flow entries, as ONOS's store would hold them once added. */
     static final class RecordingFlowRules extends FlowRuleServiceAdapter {
         final List<FlowRule> applied = new ArrayList<>();
@@ -614,7 +635,7 @@ public class IntProgrammableImplTest {
 
     /** Groups by (device, key), as ONOS's group store answers once a group is added. */
     static final class RecordingGroups extends GroupServiceAdapter {
-        final Map<List<Object>, Group> groups = new HashMap<>();
+        final Map<List<Object>, Group> groups = new java.util.concurrent.ConcurrentHashMap<>();
         int bucketUpdates;
 
         @Override
@@ -639,7 +660,24 @@ public class IntProgrammableImplTest {
 
         @Override
         public void removeGroup(DeviceId deviceId, GroupKey appCookie, ApplicationId appId) {
-            groups.remove(List.of(deviceId, appCookie));
+            if (deleteDelayMs == 0) {
+                groups.remove(List.of(deviceId, appCookie));
+                return;
+            }
+            // As ONOS's group store: PENDING_DELETE until the device has confirmed.
+            Group g = groups.get(List.of(deviceId, appCookie));
+            ((DefaultGroup) g).setState(Group.GroupState.PENDING_DELETE);
+            new Thread(() -> {
+                try {
+                    Thread.sleep(deleteDelayMs);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                groups.remove(List.of(deviceId, appCookie), g);
+            }).start();
         }
+
+        /** Milliseconds a removed group stays PENDING_DELETE; 0: removed at once. */
+        volatile long deleteDelayMs;
     }
 }
