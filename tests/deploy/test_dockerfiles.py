@@ -252,11 +252,10 @@ def test_onos_app_image_ships_the_oar_maven_names_and_the_setup_tool(model: dict
 
 def base_images_of(path: str) -> set[str]:
     """The images a Dockerfile builds FROM, by its ARG defaults (what `--check` resolves)."""
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)", (REPO / path).read_text(), re.M))
-    out = set()
-    for ref in re.findall(r"^FROM (\S+)", (REPO / path).read_text(), re.M):
-        out.add(args.get(ref.removeprefix("${").removesuffix("}"), ref))
-    return out
+    text = (REPO / path).read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
+    refs = re.findall(r"^FROM (\S+)", text, re.M)
+    return {args.get(ref.removeprefix("${").removesuffix("}"), ref) for ref in refs}
 
 
 @pytest.mark.parametrize("path", ALL)
