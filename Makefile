@@ -11,12 +11,14 @@ all: test
 
 # After the packages, what numba compiles is compiled here, once per install, into its cache
 # beside the sources: the collector's receive path (`int-collector serve` then starts in a
-# second or two instead of compiling for 15 CPU-seconds) and the simulator's fair-share loop
-# (the demo's fabric). Both check their cache first: a second `make sync` takes seconds.
+# second or two instead of compiling for 15 CPU-seconds), the simulator's fair-share loop
+# (the demo's fabric) and the placement's routing search for large fabrics
+# (`agg_optimizer.dijkstra`). Each checks its cache first: a second `make sync` takes seconds.
 sync: $(UV)
 	$(UV) sync --frozen
 	$(RUN) int-collector compile
 	$(RUN) python -m agg_optimizer.sim.fairshare
+	$(RUN) python -m agg_optimizer.dijkstra
 
 $(HOME)/.local/bin/uv:
 	@echo "make: uv is not on PATH: installing it from PyPI into $(HOME)/.local/bin" \

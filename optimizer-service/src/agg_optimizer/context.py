@@ -50,8 +50,13 @@ class Context:
         if len(self.jobs) <= SHARED_ROUTING_MAX_JOBS:
             pred = self.net.next_hops_shared(self.jobs, self.route_penalty)
             return [self.net.attach[j.ps] for j in self.jobs], pred, list(range(len(self.jobs)))
-        roots = sorted({self.net.attach[j.ps] for j in self.jobs})
-        by_root = self.net.next_hops(roots, int_aware=True)
+        attach = self.net.attach
+        targets: dict[str, set[str]] = {}
+        for j in self.jobs:
+            targets.setdefault(attach[j.ps], set()).update(attach[w] for w in j.workers)
+        roots = sorted(targets)
+        # only the workers' paths: the rows' other switches may be -9999 (`next_hops`)
+        by_root = self.net.next_hops(roots, int_aware=True, targets=targets)
         row = {r: i for i, r in enumerate(roots)}
         rows = [row[self.net.attach[j.ps]] for j in self.jobs]
         return roots, np.array([by_root[r] for r in roots]), rows

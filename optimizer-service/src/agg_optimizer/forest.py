@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .documents import Job
-from .network import Network
+from .network import Network, link_values
 
 
 @dataclass
@@ -87,25 +87,21 @@ def build_forest(
     to_global = np.array([net.index[s] for s in sw_ids], dtype=np.int64)
     root_row = {r: i for i, r in enumerate(roots)}
     nj = len(jobs)
-    w_job, w_tor, w_tau = [], [], []
-    job_root = np.empty(nj, dtype=np.int64)
-    job_row = np.empty(nj, dtype=np.int64)
+    attach, sw_index = net.attach, net.sw_index
     bits = np.array([8.0 * j.update_bytes for j in jobs])
-    root_tau = np.empty(nj)
-    for j, job in enumerate(jobs):
-        r = net.attach[job.ps]
-        job_root[j] = net.sw_index[r]
-        job_row[j] = root_row[r] if rows is None else rows[j]
-        root_tau[j] = bits[j] / net.resid[(r, job.ps)]
-        for w in job.workers:
-            t = net.attach[w]
-            w_job.append(j)
-            w_tor.append(net.sw_index[t])
-            w_tau.append(bits[j] / net.resid[(w, t)])
-    w_job_a = np.array(w_job, dtype=np.int64)
-    w_tor_a = np.array(w_tor, dtype=np.int64)
+    ps_sw = [attach[j.ps] for j in jobs]
+    job_root = np.fromiter(map(sw_index.__getitem__, ps_sw), np.int64, nj)
+    if rows is None:
+        job_row = np.fromiter(map(root_row.__getitem__, ps_sw), np.int64, nj)
+    else:
+        job_row = np.array(rows, dtype=np.int64).reshape(nj)
+    root_tau = bits / link_values(net.resid, zip(ps_sw, (j.ps for j in jobs), strict=True))
+    workers = [w for job in jobs for w in job.workers]
+    w_sw = list(map(attach.__getitem__, workers))
+    w_job_a = np.repeat(np.arange(nj, dtype=np.int64), [len(j.workers) for j in jobs])
+    w_tor_a = np.fromiter(map(sw_index.__getitem__, w_sw), np.int64, len(w_sw))
+    w_tau_a = bits[w_job_a] / link_values(net.resid, zip(workers, w_sw, strict=True))
     const = np.zeros(nj)
-    w_tau_a = np.array(w_tau, dtype=np.float64)
     np.add.at(const, w_job_a, w_tau_a)
 
     # every (job, switch) on a worker's path, walking next hops to the root

@@ -71,11 +71,12 @@ def _links_look_valid(
     keys) and every node's degree when no link is bad, else None."""
     import numpy as np
 
+    from .network import index_pairs
+
     try:
-        ends = np.array([(index[ln.src], index[ln.dst]) for ln in topo.links], dtype=np.int64)
+        ends = index_pairs(topo.links, index)
     except KeyError:
         return None
-    ends = ends.reshape(-1, 2)
     n = len(index)
     keys = np.sort(_pair_keys(ends[:, 0], ends[:, 1], n))
     if (
@@ -92,11 +93,12 @@ def _telemetry_looks_valid(inst: Instance, index: dict[str, int], link_keys: np.
     import numpy as np
 
     tl = inst.telemetry.links
+    from .network import index_pairs
+
     try:
-        ends = np.array([(index[t.src], index[t.dst]) for t in tl], dtype=np.int64)
+        ends = index_pairs(tl, index)
     except KeyError:
         return False
-    ends = ends.reshape(-1, 2)
     keys = _pair_keys(ends[:, 0], ends[:, 1], len(index))
     at = np.minimum(np.searchsorted(link_keys, keys), max(len(link_keys) - 1, 0))
     return len(keys) == 0 or (len(link_keys) > 0 and bool(np.all(link_keys[at] == keys)))

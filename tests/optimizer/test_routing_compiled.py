@@ -1,0 +1,135 @@
+"""The compiled, threaded, early-stopping routing search (`agg_optimizer.dijkstra`) against
+scipy's Dijkstra, and the network's link arrays against a plain dict built from the
+telemetry (the speed-ups of issue 33 must not change what the engine routes on)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
+
+from agg_optimizer import dijkstra, engine
+from agg_optimizer.documents import DEFAULT_LINK_LATENCY_US
+from agg_optimizer.examples import example_instance
+from agg_optimizer.network import RESIDUAL_FLOOR, Network
+
+
+def _graph(n: int, m: int, seed: int, integer: bool = False) -> csr_matrix:
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = src != dst
+    w = rng.integers(1, 4, m).astype(float) if integer else rng.random(m) + 0.01
+    g = csr_matrix((w[keep], (dst[keep], src[keep])), shape=(n, n))
+    g.sum_duplicates()
+    return g
+
+
+def _path(pred: np.ndarray, root: int, v: int) -> list[int]:
+    out = [v]
+    while v != root:
+        v = int(pred[v])
+        assert v >= 0, "a target's path ends before its root"
+        out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_full_rows_are_scipys_where_paths_are_unique(workers: int) -> None:
+    g = _graph(600, 5000, 1)  # random real weights: every shortest path is unique
+    roots = np.random.default_rng(2).choice(600, 40, replace=False)
+    _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
+    got = dijkstra.next_hops(g, roots, workers=workers)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want)  # unreachable nodes too: -9999 in both
+
+
+def test_with_targets_every_targets_path_is_scipys_and_the_rest_is_not_claimed() -> None:
+    g = _graph(800, 6000, 3)
+    rng = np.random.default_rng(4)
+    roots = rng.choice(800, 30, replace=False)
+    targets = [rng.choice(800, int(rng.integers(1, 15)), replace=False) for _ in roots]
+    dist, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
+    got = dijkstra.next_hops(g, roots, targets, workers=2)
+    stopped_early = 0
+    for i, r in enumerate(roots):
+        for t in targets[i]:
+            if np.isinf(dist[i, t]):
+                assert got[i, t] == dijkstra.NO_HOP
+                continue
+            assert _path(got[i], r, t) == _path(want[i], r, t)
+        stopped_early += int(np.sum(got[i] == dijkstra.NO_HOP) > np.sum(want[i] == -9999))
+    assert stopped_early > 0  # the early stop happened somewhere, or this tests nothing
+
+
+def test_on_exact_ties_each_path_is_a_shortest_one_and_threads_agree() -> None:
+    g = _graph(500, 4000, 5, integer=True)  # weights 1-3: many equal paths
+    roots = np.arange(0, 500, 25)
+    dist, _ = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
+    one = dijkstra.next_hops(g, roots, workers=1)
+    assert np.array_equal(one, dijkstra.next_hops(g, roots, workers=2))
+    w = g.toarray()  # w[v, u]: the edge the search crosses from u to v
+    for i, r in enumerate(roots):
+        for v in range(500):
+            if np.isinf(dist[i, v]) or v == r:
+                continue
+            p = _path(one[i], r, v)
+            length = sum(w[b, a] for a, b in itertools.pairwise(p))
+            assert length == pytest.approx(dist[i, v])
+
+
+def test_targets_must_match_the_roots() -> None:
+    g = _graph(20, 60, 6)
+    with pytest.raises(ValueError, match="targets"):
+        dijkstra.next_hops(g, np.array([0, 1]), [np.array([3])])
+
+
+def _reference_links(inst) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
+    """Residual rate and delay per direction from a dict of the telemetry (the last entry
+    of a direction wins; a direction without one gets the defaults)."""
+    tel = {(t.src, t.dst): t for t in inst.telemetry.links}
+    resid, delay = {}, {}
+    for ln in inst.topology.links:
+        c = ln.capacity_gbps * 1e9
+        for e in ((ln.src, ln.dst), (ln.dst, ln.src)):
+            t = tel.get(e)
+            util, q = (t.utilization, t.queue_bytes) if t else (0.0, 0.0)
+            lat = t.latency_us if t else DEFAULT_LINK_LATENCY_US
+            fair = c / (t.flows + 1) if t is not None and t.flows is not None else 0.0
+            resid[e] = max(c * (1 - util), fair, RESIDUAL_FLOOR * c)
+            delay[e] = lat * 1e-6 + 8 * q / c
+    return resid, delay
+
+
+@pytest.mark.parametrize("shape", ["as written", "shuffled, some missing, some twice", "none"])
+def test_the_networks_link_values_are_the_telemetrys(shape: str) -> None:
+    inst = example_instance(8, 12, 7)
+    tl = list(inst.telemetry.links)
+    if shape != "as written":
+        random.Random(1).shuffle(tl)
+        tl = [] if shape == "none" else tl[7:] + tl[:4]
+        if tl:
+            tl[0] = tl[0].model_copy(update={"flows": 3, "utilization": 0.9})
+        inst = inst.model_copy(
+            update={"telemetry": inst.telemetry.model_copy(update={"links": tl})}
+        )
+    net = Network.from_instance(inst)
+    resid, delay = _reference_links(inst)
+    assert dict(net.resid) == pytest.approx(resid, rel=1e-12)
+    assert dict(net.delay) == pytest.approx(delay, rel=1e-12)
+    assert len(net.resid) == len(resid) and set(net.cap) == set(resid)
+
+
+def test_the_engine_places_the_same_with_the_compiled_search(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An instance above SHARED_ROUTING_MAX_JOBS routes on one tree per PS switch: the same
+    placement whichever search routes it (its telemetry is uneven, so paths are unique)."""
+    inst = example_instance(8, 80, 11)
+    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", float("inf"))
+    with_scipy = engine.solve(inst, "agg")
+    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
+    compiled = engine.solve(inst, "agg")
+    assert compiled.objective_s == with_scipy.objective_s
+    assert [j.model_dump() for j in compiled.jobs] == [j.model_dump() for j in with_scipy.jobs]
