@@ -33,6 +33,15 @@ import highspy
 import numpy as np
 
 INTEGRALITY_TOL = 1e-7
+# From this many columns the dual simplex prices with Devex instead of HiGHS's default (dual
+# steepest edge): on the k=64 fat-tree with 10,000 jobs (69,981 columns) AGG's first, cold
+# solve took 0.65 s instead of 2.2 s, its warm re-solves the same (docs/benchmarks/scale.md).
+# Both are exact, but where the LP has several optimal vertices they may return different
+# ones, and AGG's descent then ends elsewhere: k=64 with 10,000 jobs came out 4e-6 lower,
+# and so did a k=32 fat-tree with 1,000 jobs (tests/optimizer/test_placement_digest.py),
+# whose cold solve Devex does not speed up. Smaller LPs keep the default and their
+# placements stay what they were.
+DEVEX_MIN_COLUMNS = 60_000
 
 
 class NotTotallyUnimodular(ValueError):
@@ -298,6 +307,8 @@ class FlowLP:
         # Presolve costs more than it saves on these flow LPs (measured: docs/benchmarks.md).
         h.setOptionValue("presolve", "off")
         h.setOptionValue("threads", 1)
+        if lp.num_col_ >= DEVEX_MIN_COLUMNS:
+            h.setOptionValue("simplex_dual_edge_weight_strategy", 1)  # Devex
         h.passModel(lp)
         self.highs = h
         self.columns, self.rows = lp.num_col_, lp.num_row_
