@@ -4,7 +4,6 @@ telemetry (the speed-ups of issue 33 must not change what the engine routes on).
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
@@ -65,20 +64,49 @@ def test_with_targets_every_targets_path_is_scipys_and_the_rest_is_not_claimed()
     assert stopped_early > 0  # the early stop happened somewhere, or this tests nothing
 
 
-def test_on_exact_ties_each_path_is_a_shortest_one_and_threads_agree() -> None:
-    g = _graph(500, 4000, 5, integer=True)  # weights 1-3: many equal paths
+@pytest.mark.parametrize("with_targets", [False, True])
+def test_on_exact_ties_the_paths_are_scipys_still(with_targets: bool) -> None:
+    """Weights 1-3: many equally short paths. Roots with a tie on a path read are routed by
+    scipy again, so ties break as scipy breaks them."""
+    g = _graph(500, 4000, 5, integer=True)
+    rng = np.random.default_rng(6)
     roots = np.arange(0, 500, 25)
-    dist, _ = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    one = dijkstra.next_hops(g, roots, workers=1)
-    assert np.array_equal(one, dijkstra.next_hops(g, roots, workers=2))
-    w = g.toarray()  # w[v, u]: the edge the search crosses from u to v
+    targets = [rng.choice(500, 10, replace=False) for _ in roots] if with_targets else None
+    _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
+    got = dijkstra.next_hops(g, roots, targets, workers=2)
     for i, r in enumerate(roots):
-        for v in range(500):
-            if np.isinf(dist[i, v]) or v == r:
+        for t in targets[i] if targets else range(500):
+            if want[i, t] == -9999:
                 continue
-            p = _path(one[i], r, v)
-            length = sum(w[b, a] for a, b in itertools.pairwise(p))
-            assert length == pytest.approx(dist[i, v])
+            assert _path(got[i], r, t) == _path(want[i], r, t)
+
+
+def _counting_scipy(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """Roots that `dijkstra.next_hops` gives back to scipy, counted."""
+    import scipy.sparse.csgraph as csgraph
+
+    seen: list[int] = []
+    real = csgraph.dijkstra
+
+    def counted(*a, **kw):  # type: ignore[no-untyped-def]
+        seen.append(len(kw["indices"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(csgraph, "dijkstra", counted)
+    return seen
+
+
+def test_only_roots_with_a_tie_on_a_path_read_go_back_to_scipy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
+    uneven = example_instance(8, 80, 11)  # INT telemetry on every link: no ties
+    idle = uneven.model_copy(
+        update={"telemetry": uneven.telemetry.model_copy(update={"links": []})}
+    )  # every link weighs the same: ties everywhere
+    seen = _counting_scipy(monkeypatch)
+    engine.solve(uneven, "agg")
+    assert seen == []
+    engine.solve(idle, "agg")
+    assert seen and seen[0] > 0
 
 
 def test_targets_must_match_the_roots() -> None:

@@ -12,9 +12,10 @@ loop with a binary heap that:
   callers read. Every other switch's next hop is -9999, as for an unreachable one.
 
 Distances are summed along each path from the root in the same order as scipy's, so
-wherever the shortest path is unique the next hops are scipy's. Where two paths tie exactly,
-both pick one of the shortest; this one picks the path whose switches settle first, ties
-broken by the lower switch index, so the answer does not depend on the thread count.
+wherever the shortest path is unique the next hops are scipy's. Where a path read has an
+exact tie on it (another way into one of its switches at the same distance: an idle fabric,
+where every link weighs the same), the search says so and that root is routed by scipy
+again, so that ties break as they always did and placements stay what they were.
 
 Compiling costs seconds once per install (`make sync` runs `warm()`; numba caches it beside
 the sources), and importing numba and loading the cache costs about a second in a fresh
@@ -44,13 +45,16 @@ _lock = threading.Lock()  # one compile or cache load, however many threads ask
 ARITY = 4
 
 
-def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred):  # type: ignore[no-untyped-def]
+def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred, tied):  # type: ignore[no-untyped-def]
     """Dijkstra from roots[first:last] on the CSR graph; writes pred[i] for each root i.
-    t_idx[t_ptr[i]:t_ptr[i + 1]] are the nodes root i needs (none: all of them)."""
+    t_idx[t_ptr[i]:t_ptr[i + 1]] are the nodes root i needs (none: all of them). tied[i]:
+    a node on one of those paths (any node, without targets) had two equally short ways in,
+    so another Dijkstra may have picked another path there."""
     n = indptr.shape[0] - 1
     dist = np.empty(n, dtype=np.float64)
     state = np.zeros(n, dtype=np.int8)  # 0 unseen, 1 in the heap, 2 settled
     want = np.zeros(n, dtype=np.bool_)
+    tie = np.zeros(n, dtype=np.bool_)  # reached at its distance twice
     hkey = np.empty(n, dtype=np.float64)  # binary heap of nodes by (dist, node): keys
     hnode = np.empty(n, dtype=np.int64)  # and nodes
     pos = np.empty(n, dtype=np.int64)  # each node's place in the heap
@@ -58,6 +62,7 @@ def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred):  # typ
         row = pred[i]
         row[:] = -9999
         state[:] = 0
+        tie[:] = False
         need = 0
         for k in range(t_ptr[i], t_ptr[i + 1]):
             v = t_idx[k]
@@ -120,7 +125,10 @@ def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred):  # typ
                     size += 1
                 elif nd < dist[v]:
                     j = pos[v]
+                    tie[v] = False
                 else:
+                    if nd == dist[v]:
+                        tie[v] = True
                     continue
                 dist[v] = nd
                 row[v] = u
@@ -140,8 +148,18 @@ def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred):  # typ
                 pos[v] = j
         for k in range(size):  # what is left in the heap is not final
             row[hnode[k]] = -9999
+        if every:
+            for v in range(n):
+                if tie[v] and state[v] == 2:
+                    tied[i] = True
+                    break
         for k in range(t_ptr[i], t_ptr[i + 1]):
-            want[t_idx[k]] = False
+            v = t_idx[k]
+            want[v] = False
+            while v >= 0 and not tied[i]:  # the target's path: any tie on it?
+                if tie[v]:
+                    tied[i] = True
+                v = row[v] if v != root else -1
 
 
 def _kernel() -> Callable[..., None]:
@@ -171,7 +189,8 @@ def next_hops(
 ) -> np.ndarray:
     """pred[i, v]: the node before v on a shortest path from roots[i] in the CSR graph `gt`
     (scipy's `dijkstra(gt, indices=roots, return_predecessors=True)[1]`), computed up to
-    the nodes `targets[i]` (None: every node; an empty array: every node too)."""
+    the nodes `targets[i]` (None: every node; an empty array: every node too). The rows of
+    roots where a path read ties with another are scipy's own."""
     n = gt.shape[0]
     roots = np.asarray(roots, dtype=np.int64)
     m = len(roots)
@@ -195,19 +214,28 @@ def next_hops(
     indices = np.asarray(gt.indices, dtype=np.int32)
     data = np.asarray(gt.data, dtype=np.float64)
     kernel = _kernel()
+    tied = np.zeros(m, dtype=np.bool_)
     parts = max(1, min(workers or threads(), m))
     bounds = np.linspace(0, m, parts + 1).astype(np.int64)
     args = (indptr, indices, data, roots, t_ptr, t_idx)
     if parts == 1:
-        kernel(*args, 0, m, pred)
-        return pred
-    with ThreadPoolExecutor(parts) as pool:
-        jobs = [
-            pool.submit(kernel, *args, int(bounds[p]), int(bounds[p + 1]), pred)
-            for p in range(parts)
-        ]
-        for job in jobs:
-            job.result()
+        kernel(*args, 0, m, pred, tied)
+    else:
+        with ThreadPoolExecutor(parts) as pool:
+            jobs = [
+                pool.submit(kernel, *args, int(bounds[p]), int(bounds[p + 1]), pred, tied)
+                for p in range(parts)
+            ]
+            for job in jobs:
+                job.result()
+    if tied.any():
+        # Where two paths tie exactly (an idle fabric: equal weights everywhere), scipy
+        # routes those roots, so that its tie-break, the one placements were made with
+        # before, still decides which of them a job takes.
+        from scipy.sparse.csgraph import dijkstra
+
+        _, again = dijkstra(gt, directed=True, indices=roots[tied], return_predecessors=True)
+        pred[tied] = again
     return pred
 
 
