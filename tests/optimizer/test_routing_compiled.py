@@ -156,6 +156,7 @@ def test_the_engine_places_the_same_with_the_compiled_search(monkeypatch) -> Non
     placement whichever search routes it (its telemetry is uneven, so paths are unique)."""
     inst = example_instance(8, 80, 11)
     monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", float("inf"))
+    monkeypatch.setattr(dijkstra, "LOADED_MIN_WORK", float("inf"))
     with_scipy = engine.solve(inst, "agg")
     monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
     compiled = engine.solve(inst, "agg")

@@ -18,9 +18,10 @@ where every link weighs the same), the search says so and that root is routed by
 again, so that ties break as they always did and placements stay what they were.
 
 Compiling costs seconds once per install (`make sync` runs `warm()`; numba caches it beside
-the sources), and importing numba and loading the cache costs about a second in a fresh
-process: `Network.next_hops` uses this only where scipy would take longer than that
-(`COMPILED_MIN_WORK`).
+the sources), and importing numba and loading the cache costs 1.7-3 s in a fresh process
+on the test machine. So `Network.next_hops` uses this search where it pays for that
+(`use_compiled`): in a process that has loaded it already (the service after its first
+large solve) from `LOADED_MIN_WORK`, and otherwise only from `COMPILED_MIN_WORK`.
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ from typing import Any
 import numpy as np
 
 NO_HOP = -9999  # scipy's predecessor value for "none"
-# Use the compiled search from this many edge relaxations on (roots x directed links): below
-# it scipy answers before numba is imported (k=32 with 1,000 jobs is 1.3e7; k=48 with 10,000
-# jobs 1.3e8; k=64 with 10,000 jobs 5.3e8).
-COMPILED_MIN_WORK = 5e7
+# Work of a routing call: roots x directed links (k=32 with 1,000 jobs: 1.3e7; k=48 with
+# 10,000 jobs: 1.3e8; k=64 with 3,000 jobs: 4.1e8; k=64 with 10,000 jobs: 5.3e8). scipy
+# takes about 10 ns per unit on the test machine, this search about half that on its 2
+# cores, so loading numba (1.7-3 s) pays from about 3e8 in a fresh process.
+COMPILED_MIN_WORK = 3e8
+# Once loaded, from this much work on (below it, the threads cost more than they save).
+LOADED_MIN_WORK = 2e7
 
 _compiled: Callable[..., None] | None = None
 _lock = threading.Lock()  # one compile or cache load, however many threads ask
@@ -170,6 +174,12 @@ def _kernel() -> Callable[..., None]:
 
             _compiled = njit(nogil=True, cache=True)(_rows)
         return _compiled
+
+
+def use_compiled(work: float) -> bool:
+    """Whether a routing call of this much work (roots x directed links) should use this
+    search rather than scipy's."""
+    return work >= COMPILED_MIN_WORK or (_compiled is not None and work >= LOADED_MIN_WORK)
 
 
 def threads() -> int:

@@ -303,7 +303,7 @@ class Network:
         flow hash would make for the job's traffic).
 
         `targets[root]`: the switches whose paths to root the caller reads. Where the search
-        is large (`dijkstra.COMPILED_MIN_WORK`), only their paths are then final: every other
+        is large (`dijkstra.use_compiled`), only their paths are then final: every other
         switch's next hop may be -9999 (`dijkstra.next_hops`, compiled and threaded).
         """
         src, _ = self._switch_edges()
@@ -316,7 +316,7 @@ class Network:
             jitter = np.random.default_rng(seed).random(len(src)) * 1e-3
             gt = self._graph_t(1.0 + jitter)
         idx = [self.sw_index[r] for r in roots]
-        if len(idx) * gt.nnz >= compiled_search.COMPILED_MIN_WORK:
+        if compiled_search.use_compiled(len(idx) * gt.nnz):
             want = None
             if targets is not None:
                 want = [
