@@ -162,3 +162,19 @@ def test_the_engine_places_the_same_with_the_compiled_search(monkeypatch) -> Non
     compiled = engine.solve(inst, "agg")
     assert compiled.objective_s == with_scipy.objective_s
     assert [j.model_dump() for j in compiled.jobs] == [j.model_dump() for j in with_scipy.jobs]
+
+
+def test_without_the_compiled_search_scipy_routes_and_the_log_says_why(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    def broken() -> None:
+        raise RuntimeError("cannot cache function '_rows': no locator available")
+
+    monkeypatch.setattr(dijkstra, "_ready", False)
+    monkeypatch.setattr(dijkstra, "_failed", None)
+    monkeypatch.setattr(dijkstra, "warm", broken)
+    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
+    inst = example_instance(8, 80, 11)
+    seen = _counting_scipy(monkeypatch)
+    placed = engine.solve(inst, "agg")
+    assert len(placed.jobs) == 80 and seen == []  # scipy's whole call, not a fallback's
+    assert "compiled routing unavailable" in caplog.text and "no locator" in caplog.text
+    assert dijkstra.use_compiled(1e12) is False

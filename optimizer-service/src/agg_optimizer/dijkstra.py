@@ -2,14 +2,14 @@
 
 A large placement routes every job on one shortest-path tree per parameter-server switch:
 a k=64 fat-tree with 10,000 jobs has 2,032 roots on 5,120 switches and 262,144 directed
-links, and scipy's `dijkstra(indices=roots)` took 5.6 of the engine's 13.9 s on this
-project's 2-core test machine (docs/benchmarks/scale.md). Here the same search is a numba
-loop with a binary heap that:
+links, and scipy's `dijkstra(indices=roots)` took 5.0 of the engine's 11.0 s on this
+project's 2-core test machine (docs/benchmarks/scale.md, round 3). Here the same search is
+a numba loop with a 4-ary heap that:
 
 - runs the roots in threads (the loop holds no GIL), one block of roots per core;
 - stops a root's search once every switch asked for (`targets`: the switches its jobs'
   workers sit on) is settled. Their paths to the root are then final, and they are all the
-  callers read. Every other switch's next hop is -9999, as for an unreachable one.
+  callers read. A switch it did not settle gets -9999, as an unreachable one does.
 
 Distances are summed along each path from the root in the same order as scipy's, so
 wherever the shortest path is unique the next hops are scipy's. Where a path read has an
@@ -26,6 +26,7 @@ large solve) from `LOADED_MIN_WORK`, and otherwise only from `COMPILED_MIN_WORK`
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -44,6 +45,9 @@ COMPILED_MIN_WORK = 3e8
 LOADED_MIN_WORK = 2e7
 
 _compiled: Callable[..., None] | None = None
+_ready = False  # compiled or loaded, and run once
+_failed: str | None = None  # why it could not be (then scipy routes)
+log = logging.getLogger(__name__)
 _lock = threading.Lock()  # one compile or cache load, however many threads ask
 # Children per heap node: fewer levels, so fewer hard-to-predict branches per pop.
 ARITY = 4
@@ -178,8 +182,19 @@ def _kernel() -> Callable[..., None]:
 
 def use_compiled(work: float) -> bool:
     """Whether a routing call of this much work (roots x directed links) should use this
-    search rather than scipy's."""
-    return work >= COMPILED_MIN_WORK or (_compiled is not None and work >= LOADED_MIN_WORK)
+    search rather than scipy's. Loads it on the first call that should; where it cannot be
+    compiled or loaded (no numba, no writable cache folder), says why once in the log and
+    answers False from then on: scipy routes the same."""
+    global _failed
+    if not (work >= COMPILED_MIN_WORK or (_ready and work >= LOADED_MIN_WORK)):
+        return False
+    if _failed is None and not _ready:
+        try:
+            warm()
+        except Exception as e:  # any failure to build an optimisation: scipy instead
+            _failed = f"{type(e).__name__}: {e}"
+            log.warning("compiled routing unavailable, scipy routes instead: %s", _failed)
+    return _ready
 
 
 def threads() -> int:
@@ -251,10 +266,12 @@ def next_hops(
 
 def warm() -> None:
     """Compile the search (or load it from numba's cache), as `make sync` does once."""
+    global _ready
     from scipy.sparse import csr_matrix
 
     gt = csr_matrix((np.ones(2), (np.array([0, 1]), np.array([1, 0]))), shape=(2, 2))
     next_hops(gt, np.array([0]), workers=1)
+    _ready = True
 
 
 if __name__ == "__main__":
