@@ -5,8 +5,11 @@ Per instance and strategy: the objective, a digest of the decision (each job's a
 switches) and a digest of the whole placement document (timings left out, floats to 10
 significant digits). `--record` writes them, `--check` compares; a change is reported by
 instance, strategy and what differs. The fixture committed in tests/fixtures was recorded at
-79b2d17, before the engine was changed; `tests/optimizer/test_placement_digest.py` checks
-the cases up to `medium`, this script every case:
+79b2d17, before the engine was changed, but for the three cases with 10,000 jobs, recorded
+again after 8a65280 (session 21): their LPs (65,000-70,000 columns) are priced with Devex since
+8a65280, which ends AGG's descent at another vertex (objective +5.3e-5 at k=32, +2.0e-5 at
+k=48, -3.9e-6 at k=64; docs/benchmarks/scale.md). `tests/optimizer/test_placement_digest.py`
+checks the cases up to `medium`, this script every case:
 
     uv run python optimizer-service/benchmarks/placement_digest.py --check
     uv run python optimizer-service/benchmarks/placement_digest.py --record --size large
