@@ -99,6 +99,9 @@ public final class EntryReconciler {
                 log.warn("Could not read the {} entries of {} ({}); the next pass retries", what, id, e.toString());
             }
         }
+        // The records are read again, after the entries, not reused from the first read: a
+        // job placed while the entries were being read then has its new entries in both and
+        // they are not removed as stale (read once before, they would be, until the next pass).
         Map<DeviceId, Map<FlowId, FlowRule>> want = new HashMap<>();
         for (FlowRule r : wanted.get()) {
             if (present.containsKey(r.deviceId())) {
