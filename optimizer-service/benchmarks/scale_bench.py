@@ -179,7 +179,7 @@ def report(rows: list[dict]) -> str:
         out.append(
             f"| {r['k']} | {r['jobs']} | {r['version']} | "
             f"{fmt(summary(runs, lambda x: x['engine_s']))} | "
-            f"{fmt(summary(runs, lambda x: x.get('warm_engine_s', float('nan'))))} | "
+            f"{fmt(summary(runs, lambda x: x['warm_engine_s']))} | "
             f"{fmt(summary(runs, lambda x: x['engine_cpu_s']))} | "
             + " | ".join(f"{med[p]:.2f}" for p in PARTS)
             + f" | {fmt(summary(runs, lambda x: x['rss_peak_mb']), digits=0)} | "

@@ -68,7 +68,7 @@ def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred, tied): 
     pos = np.empty(n, dtype=np.int64)  # each node's place in the heap
     for i in range(first, last):
         row = pred[i]
-        row[:] = -9999
+        row[:] = NO_HOP
         state[:] = 0
         tie[:] = False
         need = 0
@@ -155,7 +155,7 @@ def _rows(indptr, indices, data, roots, t_ptr, t_idx, first, last, pred, tied): 
                 hnode[j] = v
                 pos[v] = j
         for k in range(size):  # what is left in the heap is not final
-            row[hnode[k]] = -9999
+            row[hnode[k]] = NO_HOP
         if every:
             for v in range(n):
                 if tie[v] and state[v] == 2:

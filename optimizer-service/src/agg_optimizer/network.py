@@ -96,12 +96,15 @@ class LinkValues(Mapping[tuple[str, str], float]):
     def __len__(self) -> int:
         return len(self._pos)
 
+    def take(self, keys: Iterable[tuple[str, str]]) -> np.ndarray:
+        """self[key] for every key, as an array, in one C-level pass."""
+        return np.fromiter(map(self._vals.__getitem__, map(self._pos.__getitem__, keys)), float)
+
 
 def link_values(m: Mapping[tuple[str, str], float], keys: Iterable[tuple[str, str]]) -> np.ndarray:
-    """m[key] for every key, as an array (one C-level pass where m is a `LinkValues`)."""
+    """m[key] for every key, as an array (`LinkValues.take` where m is one)."""
     if isinstance(m, LinkValues):
-        vals = m._vals
-        return np.fromiter(map(vals.__getitem__, map(m._pos.__getitem__, keys)), np.float64)
+        return m.take(keys)
     return np.fromiter(map(m.__getitem__, keys), np.float64)
 
 
@@ -319,14 +322,10 @@ class Network:
         if compiled_search.use_compiled(len(idx) * gt.nnz):
             want = None
             if targets is not None:
+                # a root nobody asked a path to: the root itself (an empty list means all)
                 want = [
-                    np.array([self.sw_index[s] for s in targets.get(r, ())], dtype=np.int64)
-                    for r in roots
-                ]
-                # a root nobody asked a path to: its whole tree (an empty list means all)
-                want = [
-                    w if len(w) else np.array([i], dtype=np.int64)
-                    for w, i in zip(want, idx, strict=True)
+                    np.array([self.sw_index[s] for s in targets.get(r, ())] or [i], np.int64)
+                    for r, i in zip(roots, idx, strict=True)
                 ]
             pred = compiled_search.next_hops(gt, np.array(idx, dtype=np.int64), want)
         else:
