@@ -188,6 +188,25 @@ def test_the_status_says_when_aggregation_was_not_applied(
     assert "j" in onos.aggregation
 
 
+def test_reconcile_writes_the_aggregation_once_the_app_is_installed(
+    client: TestClient, onos: StandinOnos
+) -> None:
+    """Reconcile alone, without a loop pass (the loop off, or a standby that just took the
+    lead): a job placed while the app was missing gets its aggregation once the app answers,
+    and not before."""
+    onos.aggregation = None
+    assert client.post("/api/v1/jobs", json=JOB).status_code == 201
+    assert client.post("/api/v1/jobs/j/placement").json()["status"] == "intents-only"
+    svc = client.app.state.service  # type: ignore[attr-defined]
+    assert svc.reconcile()["repaired"] == []  # still no app: nothing to repair
+    assert client.get("/api/v1/jobs/j/placement").json()["status"] == "intents-only"
+    onos.aggregation = {}
+    assert svc.reconcile()["repaired"] == ["j"]
+    assert client.get("/api/v1/jobs/j/placement").json()["status"] == "applied"
+    assert "j" in onos.aggregation
+    assert svc.reconcile()["repaired"] == []  # converged: nothing more
+
+
 def test_error_responses_are_in_the_openapi_document(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     paths = doc["paths"]

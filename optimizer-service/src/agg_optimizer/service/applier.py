@@ -292,13 +292,15 @@ class Applier:
                 return f"intent {key} is {in_onos.get(key) or 'missing'} in ONOS"
             if owned.get(key, ("", ""))[1] != intent_digest(body):
                 return f"intent {key} was not confirmed with its desired body"
+        held = self._aggregation_doc(jid)
         if cur["status"] == "intents-only":
-            return None
+            # Placed while the app was missing (ONOS restarting, the app not yet installed):
+            # once the app answers, its aggregation is written; until then nothing to do.
+            return None if held is None else "the app is installed now; aggregation is not"
         want = [
             (a["switch"], a["pool"]["base"], a["pool"]["size"])
             for a in d["placement"]["aggregators"]
         ]
-        held = self._aggregation_doc(jid)
         if held is None:
             return None  # the app is not installed: nothing to compare
         have = [
