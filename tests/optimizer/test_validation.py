@@ -39,6 +39,48 @@ def test_bad_job_names_the_field(kw, field, text):
     assert text in e.value.message
 
 
+@pytest.mark.parametrize(
+    ("kw", "field", "text"),
+    [
+        ({"workers": ["h0_0_0", "nope"]}, "jobs[3].workers[1]", "unknown node"),
+        ({"workers": ["h0_0_1", "e0_0"]}, "jobs[3].workers[1]", "is a switch"),
+        ({"ps": "a1_0"}, "jobs[3].ps", "is a switch"),
+        ({"ps": "zz"}, "jobs[3].ps", "unknown node"),
+        ({"workers": ["h0_0_1", "h3_1_1", "h0_0_1"]}, "jobs[3].workers[2]", "twice"),
+        ({"workers": ["h0_0_1", "h2_0_0"]}, "jobs[3].workers[1]", "parameter server"),
+        ({"id": "j1"}, "jobs[3].id", "duplicate job id"),
+    ],
+)
+def test_a_bad_job_among_good_ones_is_named(kw, field, text):
+    # the jobs are checked as arrays first (validation._jobs_look_valid); the error still
+    # names the first bad one, as the loops did
+    inst = _inst()
+    good = {"workers": ["h0_0_1", "h1_1_0"], "ps": "h3_0_0", "update_bytes": 1000}
+    inst.jobs += [Job(id=f"j{i}", **good) for i in (1, 2)]
+    bad = {**good, "id": "j3", "ps": "h2_0_0", **kw}
+    inst.jobs += [Job(**bad), Job(id="j4", **{**good, "workers": ["nope", "e0_0"]})]
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == field
+    assert text in e.value.message
+
+
+def test_the_checked_ends_are_the_networks_own() -> None:
+    """check_instance hands Network.from_instance the link and telemetry ends it read; the
+    network compiled with them is the one compiled without."""
+    from agg_optimizer.examples import example_instance
+    from agg_optimizer.network import Network
+
+    inst = example_instance(4, 6, 1)
+    checked = check_instance(inst)
+    assert checked.telemetry_ends is not None and len(checked.ends) == len(inst.topology.links)
+    a, b = Network.from_instance(inst), Network.from_instance(inst, checked)
+    assert a.index == b.index and a.attach == b.attach
+    assert dict(a.resid) == dict(b.resid) and dict(a.delay) == dict(b.delay)
+    for x, y in zip(a.edge_data(), b.edge_data(), strict=True):
+        assert x.tolist() == y.tolist()
+
+
 def test_duplicate_job_ids():
     inst = _inst()
     inst.jobs.append(inst.jobs[0].model_copy())

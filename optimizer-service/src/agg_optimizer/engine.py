@@ -12,7 +12,7 @@ from . import agg, baselines, bottleneck, exact
 from .context import SHARED_ROUTING_MAX_JOBS, Context
 from .documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
 from .forest_placement import job_placements
-from .network import JobTree, evaluate
+from .network import JobTree, Network, evaluate
 from .pools import PoolAllocator
 from .validation import check_instance
 
@@ -281,7 +281,7 @@ def solve(instance: Instance, strategy: str = "agg", *, seed: int = 0) -> Placem
 
 
 def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
-    check_instance(instance)
+    checked = check_instance(instance)
     if not instance.jobs:  # nothing to place (HiGHS calls an empty model no solution)
         return Placement(
             strategy=strategy,
@@ -291,7 +291,7 @@ def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
             stats=SolverStats(status="no jobs"),
         )
     t0 = time.perf_counter()
-    ctx = Context(instance, seed=seed)
+    ctx = Context(instance, seed=seed, compiled=Network.from_instance(instance, checked))
     aggs, stats, trees = STRATEGIES[strategy](ctx)
     stats.total_s = time.perf_counter() - t0
     return build_placement(ctx, strategy, trees, aggs, stats)

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -34,6 +34,9 @@ from scipy.sparse.csgraph import dijkstra
 from . import dijkstra as compiled_search
 from .documents import DEFAULT_HOP_LATENCY_US, DEFAULT_LINK_LATENCY_US, Instance, Job
 from .pools import usable
+
+if TYPE_CHECKING:
+    from .validation import Checked
 
 RESIDUAL_FLOOR = 0.05
 # Bytes of the chunk whose transfer time weighs a link in INT-aware routing: large enough that
@@ -134,9 +137,11 @@ class Network:
     _int_graph_t: csr_matrix | None = None
 
     @classmethod
-    def from_instance(cls, inst: Instance) -> Network:
+    def from_instance(cls, inst: Instance, checked: Checked | None = None) -> Network:
+        """`checked`: `check_instance(inst)`'s answer, whose node positions and link and
+        telemetry ends are used instead of being read again."""
         ids = [n.id for n in inst.topology.nodes]
-        index = {nid: i for i, nid in enumerate(ids)}
+        index = checked.index if checked is not None else {nid: i for i, nid in enumerate(ids)}
         nodes = inst.topology.nodes
         is_switch = np.array([n.kind == "switch" for n in nodes])
         programmable = np.array([n.kind == "switch" and n.programmable for n in nodes])
@@ -164,10 +169,13 @@ class Network:
             np.fromiter(map(attrgetter("capacity_gbps"), links), np.float64, len(links)) * 1e9, 2
         )
         tl = inst.telemetry.links
-        ends = index_pairs(links, index)
+        ends = checked.ends if checked is not None else index_pairs(links, index)
         # directions as node-index pairs: the telemetry's against the links' (u->v, v->u)
         n_id = len(ids)
-        t_ends = index_pairs(tl, index, missing=n_id)  # unknown ends match no link
+        if checked is not None and checked.telemetry_ends is not None:
+            t_ends = checked.telemetry_ends
+        else:
+            t_ends = index_pairs(tl, index, missing=n_id)  # unknown ends match no link
         base = np.array([n_id + 1, 1])
         want = np.stack([ends, ends[:, ::-1]], axis=1).reshape(-1, 2) @ base
         have = t_ends @ base
