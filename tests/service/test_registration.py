@@ -5,9 +5,11 @@ naming its field (docs/service.md)."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service.app import create_app
+from agg_optimizer.service.settings import Settings
 
 from .conftest import make_settings
 from .onos_standin import StandinOnos
@@ -113,3 +115,29 @@ def test_onos_not_answering_at_the_start_leaves_the_fetch_to_registration(
         r = c.post("/api/v1/jobs", json=JOB)
         assert r.status_code == 503 and "ONOS" in r.text, r.text
     app.state.service.close()
+
+
+def test_a_large_fabric_loads_the_compiled_routing_at_start(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the fabric's solves would use the compiled routing once loaded, the service
+    loads it as it starts, not on its first placement; a small fabric does not."""
+    from agg_optimizer import dijkstra
+
+    def started(large: bool) -> bool:
+        monkeypatch.setattr(dijkstra, "_ready", False)
+        monkeypatch.setattr(dijkstra, "_failed", None)
+        if large:  # the stand-in's fabric counted as large
+            monkeypatch.setattr(dijkstra, "LOADED_MIN_WORK", 1)
+        app = create_app(settings, loop=False)
+        with TestClient(app):
+            svc = app.state.service
+            svc._warm_thread.join(300)  # a cold numba load on a loaded 2-core machine
+            assert not svc._warm_thread.is_alive()
+            loaded = svc.routing_warmed
+        svc.close()
+        assert dijkstra._ready == loaded
+        return loaded
+
+    assert started(large=False) is False
+    assert started(large=True) is True

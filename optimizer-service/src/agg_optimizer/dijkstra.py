@@ -197,6 +197,12 @@ def use_compiled(work: float) -> bool:
     return _ready
 
 
+def preload() -> bool:
+    """Load the search now, as the first call that needs it would (a service that knows its
+    fabric is large, at start); False where it cannot be loaded (the log says why once)."""
+    return use_compiled(COMPILED_MIN_WORK)
+
+
 def threads() -> int:
     """Cores this process may run on."""
     try:
