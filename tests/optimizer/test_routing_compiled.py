@@ -149,6 +149,31 @@ def test_the_networks_link_values_are_the_telemetrys(shape: str) -> None:
     assert dict(net.resid) == pytest.approx(resid, rel=1e-12)
     assert dict(net.delay) == pytest.approx(delay, rel=1e-12)
     assert len(net.resid) == len(resid) and set(net.cap) == set(resid)
+    # host links read by position, as the engine's large path does: the dicts' values
+    hosts = sorted(net.attach)
+    for which, ref in (("resid", resid), ("delay", delay)):
+        up = [ref[(h, net.attach[h])] for h in hosts]
+        down = [ref[(net.attach[h], h)] for h in hosts]
+        assert net.host_values(which, hosts, up=True).tolist() == up
+        assert net.host_values(which, hosts, up=False).tolist() == down
+
+
+def test_host_values_read_the_dicts_where_a_direction_is_given_twice() -> None:
+    """Two links between one pair (never in a checked instance): the network keeps dicts,
+    the last link winning, and host_values reads them."""
+    inst = example_instance(4, 3, 2)
+    links = list(inst.topology.links)
+    host_link = next(ln for ln in links if ln.src.startswith("h") or ln.dst.startswith("h"))
+    twice = host_link.model_copy(update={"capacity_gbps": host_link.capacity_gbps * 2})
+    inst = inst.model_copy(
+        update={"topology": inst.topology.model_copy(update={"links": [*links, twice]})}
+    )
+    net = Network.from_instance(inst)
+    assert net._host_up is None and isinstance(net.cap, dict)
+    h = host_link.src if host_link.src.startswith("h") else host_link.dst
+    assert net.host_values("cap", [h], up=True).tolist() == [twice.capacity_gbps * 1e9]
+    with pytest.raises(KeyError):
+        Network.from_instance(example_instance(4, 3, 2)).host_values("cap", ["e0_0"], up=True)
 
 
 def test_the_engine_places_the_same_with_the_compiled_search(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .documents import Job
-from .network import Network, link_values
+from .network import Network
 
 
 @dataclass
@@ -95,12 +95,12 @@ def build_forest(
         job_row = np.fromiter(map(root_row.__getitem__, ps_sw), np.int64, nj)
     else:
         job_row = np.array(rows, dtype=np.int64).reshape(nj)
-    root_tau = bits / link_values(net.resid, zip(ps_sw, (j.ps for j in jobs), strict=True))
+    root_tau = bits / net.host_values("resid", (j.ps for j in jobs), up=False)
     workers = [w for job in jobs for w in job.workers]
     w_sw = list(map(attach.__getitem__, workers))
     w_job_a = np.repeat(np.arange(nj, dtype=np.int64), [len(j.workers) for j in jobs])
     w_tor_a = np.fromiter(map(sw_index.__getitem__, w_sw), np.int64, len(w_sw))
-    w_tau_a = bits[w_job_a] / link_values(net.resid, zip(workers, w_sw, strict=True))
+    w_tau_a = bits[w_job_a] / net.host_values("resid", workers, up=True)
     const = np.zeros(nj)
     np.add.at(const, w_job_a, w_tau_a)
 

@@ -15,7 +15,6 @@ import numpy as np
 
 from .context import Context
 from .documents import Aggregator, JobPlacement
-from .network import link_values
 from .pools import PoolAllocator
 
 
@@ -54,24 +53,16 @@ def job_placements(
     edge = net.edge_index(sw_pos[f.switch[nr]], sw_pos[f.switch[f.parent[nr]]])
     up_delay[nr] = net.edge_data()[2][edge]
     roots = np.nonzero(is_root)[0]
-    up_delay[roots] = link_values(
-        net.delay,
-        zip(
-            [net.ids[g] for g in f.switch[roots].tolist()],
-            [jobs[j].ps for j in f.job[roots].tolist()],
-            strict=True,
-        ),
-    )
+    # a root is its job's PS switch (build_forest): its link down to the PS
+    root_ps = [jobs[j].ps for j in f.job[roots].tolist()]
+    up_delay[roots] = net.host_values("delay", root_ps, up=False)
     to_ps = np.zeros(n)
     for lvl in reversed(f.levels):  # parents first, summed as build_tree sums them
         pv = f.parent[lvl]
         above = np.where(pv >= 0, to_ps[np.maximum(pv, 0)], 0.0)
         to_ps[lvl] = f.hop[lvl] + up_delay[lvl] + above
     workers = [w for job in jobs for w in job.workers]
-    w_delay = link_values(
-        net.delay, zip(workers, map(net.attach.__getitem__, workers), strict=True)
-    )
-    w_delay = w_delay + to_ps[f.w_node]
+    w_delay = net.host_values("delay", workers, up=True) + to_ps[f.w_node]
     worst_delay = np.full(len(jobs), -np.inf)
     np.maximum.at(worst_delay, f.w_job, w_delay)
     cct = (bottleneck + worst_delay).tolist()

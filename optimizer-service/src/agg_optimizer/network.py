@@ -76,16 +76,49 @@ _SRC = attrgetter("src")
 _DST = attrgetter("dst")
 
 
+class Positions:
+    """Each link direction's position, (u, v) -> int, built on first use: one dict of
+    393,216 directions on a k=64 fat-tree (0.4 s to build), shared by the network's three
+    `LinkValues`; the engine's large path reads host links through `Network.host_values`
+    and never builds it."""
+
+    __slots__ = ("_links", "_table")
+
+    def __init__(self, links: Sequence[Any]) -> None:
+        self._links: Sequence[Any] | None = links
+        self._table: dict[tuple[str, str], int] | None = None
+
+    @property
+    def table(self) -> dict[tuple[str, str], int]:
+        if self._table is None:
+            assert self._links is not None
+            keys = _directions(self._links)
+            self._table = dict(zip(keys, range(len(keys)), strict=True))
+            self._links = None
+        return self._table
+
+
+def _directions(links: Sequence[Any]) -> list[tuple[str, str]]:
+    """Each link's two directions in turn: (u, v), (v, u) (the order of the network's
+    per-direction arrays)."""
+    fwd = zip(map(_SRC, links), map(_DST, links), strict=True)
+    return [e for (u, v) in fwd for e in ((u, v), (v, u))]
+
+
 class LinkValues(Mapping[tuple[str, str], float]):
     """One value per link direction (u, v), read through a position table shared by the
-    network's three of them: one dict of 393,216 directions on a k=64 fat-tree instead of
-    three (building each took 0.12 s there)."""
+    network's three of them (`Positions`): one dict instead of three (building each took
+    0.12 s on a k=64 fat-tree)."""
 
-    __slots__ = ("_pos", "_vals")
+    __slots__ = ("_at", "_vals")
 
-    def __init__(self, pos: dict[tuple[str, str], int], vals: list[float]) -> None:
-        self._pos = pos
+    def __init__(self, at: Positions, vals: list[float]) -> None:
+        self._at = at
         self._vals = vals
+
+    @property
+    def _pos(self) -> dict[tuple[str, str], int]:
+        return self._at.table
 
     def __getitem__(self, key: tuple[str, str]) -> float:
         return self._vals[self._pos[key]]
@@ -135,6 +168,12 @@ class Network:
     _edge_delay: np.ndarray | None = None
     _edge_key: np.ndarray | None = None
     _int_graph_t: csr_matrix | None = None
+    # Per node (by `index`): the position of its host link's direction towards its switch
+    # (`_host_up`) and from it (`_host_down`) in the per-direction arrays below, -1 for a
+    # switch; None where the dicts are the only truth (a direction given twice).
+    _host_up: np.ndarray | None = None
+    _host_down: np.ndarray | None = None
+    _dir_values: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_instance(cls, inst: Instance, checked: Checked | None = None) -> Network:
@@ -163,8 +202,7 @@ class Network:
         # in): numpy over the telemetry instead of a Python loop per direction (a k=64
         # fat-tree has 393,216 of them, and the loop took a second).
         links = inst.topology.links
-        fwd = list(zip(map(_SRC, links), map(_DST, links), strict=True))
-        keys = [e for (u, v) in fwd for e in ((u, v), (v, u))]
+        n_dir = 2 * len(links)
         c = np.repeat(
             np.fromiter(map(attrgetter("capacity_gbps"), links), np.float64, len(links)) * 1e9, 2
         )
@@ -180,7 +218,7 @@ class Network:
         want = np.stack([ends, ends[:, ::-1]], axis=1).reshape(-1, 2) @ base
         have = t_ends @ base
         if len(have) == len(want) and np.array_equal(have, want):
-            at = np.arange(len(keys))  # the order examples and the service write it in
+            at = np.arange(n_dir)  # the order examples and the service write it in
         else:  # the last entry of a direction wins, as a dict built from them would
             order = np.argsort(have, kind="stable")
             sk = have[order]
@@ -204,23 +242,36 @@ class Network:
         fair = np.where(np.isnan(flows), 0.0, c / (flows + 1.0))
         resid_a = np.maximum(np.maximum(c * (1.0 - util), fair), RESIDUAL_FLOOR * c)
         delay_a = lat * 1e-6 + 8.0 * q / c
-        pos = dict(zip(keys, range(len(keys)), strict=True))
-        if len(pos) == len(keys):
-            cap = LinkValues(pos, c.tolist())
-            resid = LinkValues(pos, resid_a.tolist())
-            delay = LinkValues(pos, delay_a.tolist())
+        dir_keys = want  # each direction as one number (u, v) -> u * (n + 1) + v
+        unique = checked is not None or len(np.unique(dir_keys)) == n_dir
+        host_up = host_down = None
+        if unique:
+            at_pos = Positions(links)
+            cap = LinkValues(at_pos, c.tolist())
+            resid = LinkValues(at_pos, resid_a.tolist())
+            delay = LinkValues(at_pos, delay_a.tolist())
         else:  # a direction twice (two links between one pair): the last one wins, as in dicts
+            keys = _directions(links)
             cap = dict(zip(keys, c.tolist(), strict=True))
             resid = dict(zip(keys, resid_a.tolist(), strict=True))
             delay = dict(zip(keys, delay_a.tolist(), strict=True))
         host_end = ~is_switch[ends]
         attach: dict[str, str] = {}
         for i in np.nonzero(host_end.any(axis=1))[0].tolist():
-            u, v = fwd[i]
+            u, v = links[i].src, links[i].dst
             if host_end[i, 0]:
                 attach[u] = v
             if host_end[i, 1]:
                 attach[v] = u
+        hosts_at = ends[host_end]
+        if unique and np.all(np.bincount(hosts_at, minlength=n_id) <= 1):
+            # a host's link: u->v at 2i, v->u at 2i+1; which end the host is picks one
+            host_up = np.full(n_id, -1, dtype=np.int64)
+            host_down = np.full(n_id, -1, dtype=np.int64)
+            for end in (0, 1):
+                i = np.nonzero(host_end[:, end])[0]
+                host_up[ends[i, end]] = 2 * i + end
+                host_down[ends[i, end]] = 2 * i + 1 - end
         switch_ids = [nid for nid, s in zip(ids, is_switch, strict=True) if s]
         sw_index = {s: i for i, s in enumerate(switch_ids)}
         # the switch-to-switch directions, in `keys` order, as positions in switch_ids
@@ -244,7 +295,30 @@ class Network:
             _edge_cap=c[both],
             _edge_resid=resid_a[both],
             _edge_delay=delay_a[both],
+            _host_up=host_up,
+            _host_down=host_down,
+            _dir_values={"cap": c, "resid": resid_a, "delay": delay_a},
         )
+
+    def host_values(self, which: str, hosts: Iterable[str], *, up: bool) -> np.ndarray:
+        """`which` (cap, resid or delay) of each host's link towards its switch (`up`) or
+        from its switch to it, as an array: `link_values(self.<which>, ...)` without
+        building the table of every direction's position."""
+        hosts = list(hosts)
+        at = self._host_up if up else self._host_down
+        if at is None:  # built from dicts, or a direction given twice: read the dicts
+            m = getattr(self, which)
+            keys = (
+                zip(hosts, map(self.attach.__getitem__, hosts), strict=True)
+                if up
+                else zip(map(self.attach.__getitem__, hosts), hosts, strict=True)
+            )
+            return link_values(m, keys)
+        pos = at[np.fromiter(map(self.index.__getitem__, hosts), np.int64, len(hosts))]
+        if np.any(pos < 0):
+            bad = hosts[int(np.argmax(pos < 0))]
+            raise KeyError(f"{bad!r} has no host link")
+        return self._dir_values[which][pos]
 
     # -- routing ------------------------------------------------------------------------------
 
