@@ -246,7 +246,7 @@ class Network:
         unique = checked is not None or len(np.unique(dir_keys)) == n_dir
         host_up = host_down = None
         if unique:
-            at_pos = Positions(links)
+            at_pos = Positions(list(links))  # its own list: the caller's may change later
             cap = LinkValues(at_pos, c.tolist())
             resid = LinkValues(at_pos, resid_a.tolist())
             delay = LinkValues(at_pos, delay_a.tolist())
