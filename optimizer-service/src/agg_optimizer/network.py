@@ -85,16 +85,16 @@ class Positions:
     __slots__ = ("_links", "_table")
 
     def __init__(self, links: Sequence[Any]) -> None:
-        self._links: Sequence[Any] | None = links
+        self._links = links
         self._table: dict[tuple[str, str], int] | None = None
 
     @property
     def table(self) -> dict[tuple[str, str], int]:
+        # Two threads may both build it (the service's loop shares a network): the same
+        # table either way, so no lock; the links are kept, never cleared under the other.
         if self._table is None:
-            assert self._links is not None
             keys = _directions(self._links)
             self._table = dict(zip(keys, range(len(keys)), strict=True))
-            self._links = None
         return self._table
 
 
@@ -242,8 +242,7 @@ class Network:
         fair = np.where(np.isnan(flows), 0.0, c / (flows + 1.0))
         resid_a = np.maximum(np.maximum(c * (1.0 - util), fair), RESIDUAL_FLOOR * c)
         delay_a = lat * 1e-6 + 8.0 * q / c
-        dir_keys = want  # each direction as one number (u, v) -> u * (n + 1) + v
-        unique = checked is not None or len(np.unique(dir_keys)) == n_dir
+        unique = checked is not None or len(np.unique(want)) == n_dir  # no direction twice
         host_up = host_down = None
         if unique:
             at_pos = Positions(list(links))  # its own list: the caller's may change later
