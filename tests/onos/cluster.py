@@ -21,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import requests
+
 from agg_optimizer.service import onosd
 from int_collector import children
 from int_collector.influxd import free_port
@@ -28,6 +30,7 @@ from int_collector.influxd import free_port
 REPO = Path(__file__).resolve().parents[2]
 ATOMIX = REPO / "onos-app" / "atomix"
 START_S = 900  # two ONOS nodes booting together beside other work on 2 cores
+FORM_MIN_S = 120  # nodes READY late still get this long to see each other
 
 
 def atomix_jar() -> Path | None:
@@ -203,36 +206,53 @@ class OnosCluster:
                  apps: tuple[str, ...] = onosd.APPS) -> None:  # fmt: skip
         self.atomix = atomix
         self.nodes = [OnosNode(i, atomix, apps) for i in range(size)]
+        self.timings: dict[str, float] = {}  # seconds from launch, for the test's report
 
     def __enter__(self) -> OnosCluster:
         try:
             for n in self.nodes:
                 n.launch()
-            deadline = time.monotonic() + START_S
+            t0 = time.monotonic()
+            deadline = t0 + START_S
             for n in self.nodes:
                 n.wait_ready(deadline - time.monotonic())
+                self.timings[f"{n.node_id} ready"] = time.monotonic() - t0
             if self.atomix is not None:  # alone, ONOS names itself after its address
-                self.wait_formed(deadline - time.monotonic())
+                self.wait_formed(max(deadline - time.monotonic(), FORM_MIN_S))
+                self.timings["formed"] = time.monotonic() - t0
         except BaseException:
             self.__exit__()
             raise
         return self
 
-    def active_nodes(self, via: OnosNode) -> set[str]:
-        r = via.request("GET", "/cluster")
+    def view(self, via: OnosNode) -> dict[str, str] | str:
+        """What `via` says of the cluster: each node's status, or why it did not say."""
+        try:
+            r = via.request("GET", "/cluster")
+        except requests.RequestException as e:
+            return type(e).__name__
         if r.status_code != 200:
-            return set()
-        return {n["id"] for n in r.json().get("nodes", []) if n.get("status") == "READY"}
+            return f"HTTP {r.status_code}"
+        return {n["id"]: n.get("status", "?") for n in r.json().get("nodes", [])}
+
+    def active_nodes(self, via: OnosNode) -> set[str]:
+        seen = self.view(via)
+        return {k for k, v in seen.items() if v == "READY"} if isinstance(seen, dict) else set()
 
     def wait_formed(self, timeout_s: float, nodes: list[OnosNode] | None = None) -> None:
-        """Until every node in `nodes` (default all) sees all of them READY."""
+        """Until every node in `nodes` (default all) sees all of them READY; on a timeout
+        the error says what each node saw last."""
         nodes = nodes or [n for n in self.nodes if n.proc is not None]
         want = {n.node_id for n in nodes}
 
         def formed() -> bool:
             return all(want <= self.active_nodes(n) for n in nodes)
 
-        onosd.wait_for(formed, timeout_s, f"ONOS nodes {sorted(want)} READY on each")
+        try:
+            onosd.wait_for(formed, timeout_s, f"ONOS nodes {sorted(want)} READY on each")
+        except AssertionError as e:
+            seen = {n.node_id: self.view(n) for n in nodes}
+            raise AssertionError(f"{e}; last seen: {seen}") from None
 
     def __exit__(self, *exc: object) -> None:
         for n in self.nodes:

@@ -44,6 +44,7 @@ def onos_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.O
     oar = built[-1]
     base = tmp_path_factory.mktemp("cluster")
     with cluster.AtomixCluster(base) as atomix, cluster.OnosCluster(atomix, 2) as oc:
+        print(f"cluster up, seconds from launch: {oc.timings}")
         n1, n2 = oc.nodes
         n1.shape = SHAPE
         n1._start_null_topology(time.monotonic() + cluster.START_S)
