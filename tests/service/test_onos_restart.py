@@ -80,3 +80,77 @@ def test_reconcile_resubmits_what_onos_lost(client, onos) -> None:
     r = client.post("/api/v1/jobs/j/placement").json()
     assert r["status"] == "applied", r
     assert {k for (app, k) in fresh2.intents if app == APP} == want
+
+
+LONG_PERIOD_S = 300.0  # far beyond the tests' deadlines: only a wake or a retry can act
+
+
+@pytest.fixture
+def slow_loop(onos, influx, bucket, tmp_path) -> Iterator[TestClient]:
+    s = make_settings(
+        onos, influx, bucket, tmp_path / "db", reoptimize_period_s=LONG_PERIOD_S,
+        probe_period_s=0.2,
+    )  # fmt: skip
+    app = create_app(s, loop=True)
+    with TestClient(app, headers={"Content-Type": "application/json"}) as c:
+        yield c
+    app.state.service.close()
+
+
+def wait_until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
+
+
+def test_onos_answering_again_wakes_the_loop_before_its_period(slow_loop, onos) -> None:
+    """ONOS restarted without its state: the probe sees it answer again and the loop's
+    pass puts the job back at once, not a loop period (here 300 s) later."""
+    onos.aggregation = {}
+    assert slow_loop.post("/api/v1/jobs", json=JOB).status_code == 201
+    assert slow_loop.post("/api/v1/jobs/j/placement").json()["status"] == "applied"
+    want = {k for (app, k) in onos.intents if app == APP}
+    onos.stop()
+    wait_until(lambda: slow_loop.get("/readyz").status_code == 503, 30, "ONOS seen down")
+    fresh = StandinOnos(port=onos.port)
+    fresh.aggregation = {}
+    fresh.start()
+    try:
+        began = time.monotonic()
+        wait_until(
+            lambda: {k for (app, k) in fresh.intents if app == APP} == want
+            and "j" in fresh.aggregation,
+            60, "the job's intents and aggregation back in ONOS",
+        )  # fmt: skip
+        took = time.monotonic() - began
+        assert took < LONG_PERIOD_S / 5, took
+        assert posts(fresh) == len(want)  # each once
+        counters = slow_loop.app.state.service.counters
+        assert counters.get("loop_wakes", 0) >= 1, counters
+        assert slow_loop.get("/api/v1/jobs/j/placement").json()["status"] == "applied"
+    finally:
+        fresh.stop()
+
+
+def test_a_job_short_of_applied_is_retried_soon_not_at_the_period(slow_loop, onos) -> None:
+    """ONOS back without our app: the pass puts the intents back and leaves the job
+    `intents-only`. Once the app answers, a retry within seconds (2, 4, 8, ... s after the
+    pass, never later than the period) writes its aggregation."""
+    onos.aggregation = {}
+    assert slow_loop.post("/api/v1/jobs", json=JOB).status_code == 201
+    assert slow_loop.post("/api/v1/jobs/j/placement").json()["status"] == "applied"
+    onos.stop()
+    wait_until(lambda: slow_loop.get("/readyz").status_code == 503, 30, "ONOS seen down")
+    fresh = StandinOnos(port=onos.port)  # aggregation None: our app is not installed
+    fresh.start()
+    try:
+        status = lambda: slow_loop.get("/api/v1/jobs/j/placement").json()["status"]  # noqa: E731
+        wait_until(lambda: status() == "intents-only", 60, "the job intents-only")
+        fresh.aggregation = {}  # the app is installed now
+        began = time.monotonic()
+        wait_until(lambda: "j" in fresh.aggregation, 60, "the aggregation written")
+        assert time.monotonic() - began < LONG_PERIOD_S / 5
+        wait_until(lambda: status() == "applied", 30, "the job applied")
+    finally:
+        fresh.stop()

@@ -276,7 +276,13 @@ class Service:
             while not self._stop.wait(self.s.probe_period_s):
                 state = self._probe_once()
                 with self._probe_lock:
+                    was = self._probe_state.get("onos")
                     self._probe_state, self._probe_at = state, time.monotonic()
+                if was != "ok" and state["onos"] == "ok":
+                    # ONOS is back (restarted, maybe without its state): the loop's pass
+                    # reconciles now, not at its period's end; the scheduler pushes again
+                    self.control.wake("ONOS answers again")
+                    self.scheduler.wake("onos-back")
 
         self._probe_thread = threading.Thread(target=run, name="readiness", daemon=True)
         self._probe_thread.start()

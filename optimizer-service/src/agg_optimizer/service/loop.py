@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# After a pass that could not finish, the next comes this soon, then twice as late each
+# time up to the period (`ControlLoop._run`).
+RETRY_FIRST_S = 2.0
+
 
 @dataclass
 class LoopState:
@@ -234,19 +238,46 @@ class ControlLoop:
         self._thread = threading.Thread(target=self._run, name="reoptimize", daemon=True)
         self._thread.start()
 
+    def wake(self, why: str) -> None:
+        """A pass now rather than at the period's end (ONOS answered again, say)."""
+        log.info("control loop woken: %s", why)
+        self.svc._count("loop_wakes")
+        self._wake.set()
+
+    def unsettled(self) -> list[str]:
+        """Jobs whose apply is unfinished, waiting on ONOS or its app (`partial`,
+        `intents-only`), and not being deleted."""
+        deleting = {j for j, d in self.svc.store.desired().items() if d["state"] == DELETING}
+        return sorted(
+            j for j, c in self.svc.store.currents().items()
+            if c["status"] in ("partial", "intents-only") and j not in deleting
+        )  # fmt: skip
+
     def _run(self) -> None:
+        period = self.svc.s.reoptimize_period_s
+        retry = RETRY_FIRST_S
+        wait = period
         while not self.svc._stop.is_set():
-            self._wake.wait(self.svc.s.reoptimize_period_s)
+            self._wake.wait(wait)
             self._wake.clear()
             if self.svc._stop.is_set():
                 break
             if not self.svc.lease.leading:
+                wait = period
                 continue
             try:
-                self.step()
+                out = self.step()
+                pending = bool(out["errors"]) or bool(self.unsettled())
             except Exception as e:  # the loop must survive ONOS or InfluxDB outages
                 log.warning("re-optimisation skipped: %s", e)
                 self.svc._count("loop_errors")
+                pending = True
+            # A pass that could not finish (a dependency down, a job short of `applied`)
+            # comes again sooner: after 2, 4, 8, ... s, never later than the period.
+            if pending:
+                wait, retry = min(period, retry), retry * 2
+            else:
+                wait, retry = period, RETRY_FIRST_S
 
     def stop(self) -> None:
         self._wake.set()
