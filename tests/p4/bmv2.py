@@ -101,8 +101,13 @@ class Bmv2:
         prefix: str | None = None,
         links: dict[int, str] | None = None,
         target_args: tuple[str, ...] = (),
+        nice: int = 0,
     ) -> None:
         self.target_args = target_args  # simple_switch's own options, e.g. --priority-queues
+        # simple_switch's niceness (negative: before other work; root only). A test that
+        # measures its port's rate wants the rate a hardware port keeps whatever else the
+        # host runs: starved beside busy loops, bmv2 drained its queue below the rate set.
+        self.nice = nice
         self.prefix = prefix or f"ia{os.getpid() % 10000}"
         self.links = links or {}  # port -> an interface made by the caller (to another switch)
         self.ports = [p for p in ports if p not in self.links]
@@ -152,6 +157,8 @@ class Bmv2:
             # are formatted, then dropped, and that formatting was most of its per-packet
             # CPU (docs/congestion.md, "Where the switch's time went")
             args[1:1] = ["--log-level", "off"]
+        if self.nice and shutil.which("nice"):  # every thread of the switch inherits it
+            args = ["nice", "-n", str(self.nice), *args]
         self.proc = subprocess.Popen(
             args, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.PIPE
         )

@@ -50,7 +50,7 @@ def test_explicit_feedback_keeps_the_queue_short_and_the_link_busy() -> None:
         probe = Path(tmp) / "probe.py"
         probe.write_text(cc.PROBE)
         ports = [1, 2, 3, 4, cc.PS_PORT]
-        with bmv2.Bmv2([*ports, cc.INT_PORT]) as sw, bmv2.Hosts(sw, ports) as h:
+        with bmv2.Bmv2([*ports, cc.INT_PORT], nice=-10) as sw, bmv2.Hosts(sw, ports) as h:
             cc.setup(sw, h, argparse.Namespace(**common, heartbeat_class=0))
             sw.cli(f"table_set_default {n.ECN_TABLE} {n.ECN_SET_THRESHOLD} 0")
             hops = cc.HeartbeatHops(sw)
