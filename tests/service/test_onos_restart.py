@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agg_optimizer.service.app import create_app
+from agg_optimizer.service.onosd import wait_for
 
 from .conftest import make_settings
 from .onos_standin import StandinOnos
@@ -97,13 +98,6 @@ def slow_loop(onos, influx, bucket, tmp_path) -> Iterator[TestClient]:
     app.state.service.close()
 
 
-def wait_until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
-
-
 def test_onos_answering_again_wakes_the_loop_before_its_period(slow_loop, onos) -> None:
     """ONOS restarted without its state: the probe sees it answer again and the loop's
     pass puts the job back at once, not a loop period (here 300 s) later."""
@@ -112,13 +106,13 @@ def test_onos_answering_again_wakes_the_loop_before_its_period(slow_loop, onos) 
     assert slow_loop.post("/api/v1/jobs/j/placement").json()["status"] == "applied"
     want = {k for (app, k) in onos.intents if app == APP}
     onos.stop()
-    wait_until(lambda: slow_loop.get("/readyz").status_code == 503, 30, "ONOS seen down")
+    wait_for(lambda: slow_loop.get("/readyz").status_code == 503, 30, "ONOS seen down")
     fresh = StandinOnos(port=onos.port)
     fresh.aggregation = {}
     fresh.start()
     try:
         began = time.monotonic()
-        wait_until(
+        wait_for(
             lambda: {k for (app, k) in fresh.intents if app == APP} == want
             and "j" in fresh.aggregation,
             60, "the job's intents and aggregation back in ONOS",
@@ -141,16 +135,16 @@ def test_a_job_short_of_applied_is_retried_soon_not_at_the_period(slow_loop, ono
     assert slow_loop.post("/api/v1/jobs", json=JOB).status_code == 201
     assert slow_loop.post("/api/v1/jobs/j/placement").json()["status"] == "applied"
     onos.stop()
-    wait_until(lambda: slow_loop.get("/readyz").status_code == 503, 30, "ONOS seen down")
+    wait_for(lambda: slow_loop.get("/readyz").status_code == 503, 30, "ONOS seen down")
     fresh = StandinOnos(port=onos.port)  # aggregation None: our app is not installed
     fresh.start()
     try:
         status = lambda: slow_loop.get("/api/v1/jobs/j/placement").json()["status"]  # noqa: E731
-        wait_until(lambda: status() == "intents-only", 60, "the job intents-only")
+        wait_for(lambda: status() == "intents-only", 60, "the job intents-only")
         fresh.aggregation = {}  # the app is installed now
         began = time.monotonic()
-        wait_until(lambda: "j" in fresh.aggregation, 60, "the aggregation written")
+        wait_for(lambda: "j" in fresh.aggregation, 60, "the aggregation written")
         assert time.monotonic() - began < LONG_PERIOD_S / 5
-        wait_until(lambda: status() == "applied", 30, "the job applied")
+        wait_for(lambda: status() == "applied", 30, "the job applied")
     finally:
         fresh.stop()

@@ -34,7 +34,7 @@ from .onos import (
 )
 from .scheduler import Scheduler, ScheduleState
 from .settings import Settings
-from .store import DELETING, HOLDING, PENDING, Store
+from .store import HOLDING, PENDING, Store
 
 __all__ = [
     "HOLDING", "BadField", "Conflict", "NotFound", "ScheduleState", "Service", "TooLarge",
@@ -530,7 +530,7 @@ class Service:
         whatever their strategy, and those given to the asked jobs of groups solved before,
         are held; the asked jobs' pools never overlap them."""
         unplaceable = {} if unplaceable is None else unplaceable
-        deleting = {j for j, d in self.store.desired().items() if d["state"] == DELETING}
+        deleting = self.store.deleting()
         all_jobs = [j for j in self.store.jobs() if j["id"] not in deleting]
         known = {j["id"] for j in all_jobs}
         for jid in job_ids or []:

@@ -13,7 +13,7 @@ from ..documents import Job, JobPlacement
 from ..network import Network, cct_of
 from .errors import Unavailable
 from .onos import OnosUnavailable
-from .store import DELETING, HOLDING
+from .store import HOLDING
 
 if TYPE_CHECKING:
     from .core import Service, View
@@ -73,7 +73,7 @@ class ControlLoop:
         self.state.runs += 1
         self.state.last_trigger = trigger
         active = (*HOLDING, "failed")
-        deleting = {j for j, d in self.svc.store.desired().items() if d["state"] == DELETING}
+        deleting = self.svc.store.deleting()
         currents = self.svc.store.currents()
         placed = [
             j["id"]
@@ -247,7 +247,7 @@ class ControlLoop:
     def unsettled(self) -> list[str]:
         """Jobs whose apply is unfinished, waiting on ONOS or its app (`partial`,
         `intents-only`), and not being deleted."""
-        deleting = {j for j, d in self.svc.store.desired().items() if d["state"] == DELETING}
+        deleting = self.svc.store.deleting()
         return sorted(
             j for j, c in self.svc.store.currents().items()
             if c["status"] in ("partial", "intents-only") and j not in deleting

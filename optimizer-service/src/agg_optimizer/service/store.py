@@ -519,6 +519,10 @@ class Store:
         every = self._per_version("desired", lambda: decoded(self._run(q)))
         return {j: dict(d) for j, d in every.items()}
 
+    def deleting(self) -> set[str]:
+        """The jobs whose deletion is under way (desired state `deleting`)."""
+        return {j for j, d in self.desired().items() if d["state"] == DELETING}
+
     def set_desired_state(self, job_id: str, state: str) -> None:
         self._write(
             lambda q: q(
