@@ -13,12 +13,12 @@ all: test
 # beside the sources: the collector's receive path (`int-collector serve` then starts in a
 # second or two instead of compiling for 15 CPU-seconds), the simulator's fair-share loop
 # (the demo's fabric) and the placement's routing search for large fabrics
-# (`agg_optimizer.dijkstra`). Each checks its cache first: a second `make sync` takes seconds.
+# (`agg_optimizer.shortest_paths`). Each checks its cache first: a second `make sync` takes seconds.
 sync: $(UV)
 	$(UV) sync --frozen
 	$(RUN) int-collector compile
 	$(RUN) python -m agg_optimizer.sim.fairshare
-	$(RUN) python -m agg_optimizer.dijkstra
+	$(RUN) python -m agg_optimizer.shortest_paths
 
 $(HOME)/.local/bin/uv:
 	@echo "make: uv is not on PATH: installing it from PyPI into $(HOME)/.local/bin" \

@@ -1,5 +1,5 @@
-"""The compiled, threaded, early-stopping routing search (`agg_optimizer.dijkstra`) against
-scipy's Dijkstra, and the network's link arrays against a plain dict built from the
+"""The compiled, threaded routing search for many roots (`agg_optimizer.shortest_paths`)
+against scipy's Dijkstra, and the network's link arrays against a plain dict built from the
 telemetry (the speed-ups of issue 33 must not change what the engine routes on)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
-from agg_optimizer import dijkstra, engine
+from agg_optimizer import engine, shortest_paths
 from agg_optimizer.documents import DEFAULT_LINK_LATENCY_US
 from agg_optimizer.examples import example_instance
 from agg_optimizer.network import RESIDUAL_FLOOR, Network
@@ -41,7 +41,7 @@ def test_full_rows_are_scipys_where_paths_are_unique(workers: int) -> None:
     g = _graph(600, 5000, 1)  # random real weights: every shortest path is unique
     roots = np.random.default_rng(2).choice(600, 40, replace=False)
     _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    got = dijkstra.next_hops(g, roots, workers=workers)
+    got = shortest_paths.next_hops(g, roots, workers=workers)
     assert got.shape == want.shape
     assert np.array_equal(got, want)  # unreachable nodes too: -9999 in both
 
@@ -52,16 +52,16 @@ def test_with_targets_every_targets_path_is_scipys_and_the_rest_is_not_claimed()
     roots = rng.choice(800, 30, replace=False)
     targets = [rng.choice(800, int(rng.integers(1, 15)), replace=False) for _ in roots]
     dist, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    got = dijkstra.next_hops(g, roots, targets, workers=2)
-    stopped_early = 0
+    got = shortest_paths.next_hops(g, roots, targets, workers=2)
+    unclaimed = 0
     for i, r in enumerate(roots):
         for t in targets[i]:
             if np.isinf(dist[i, t]):
-                assert got[i, t] == dijkstra.NO_HOP
+                assert got[i, t] == shortest_paths.NO_HOP
                 continue
             assert _path(got[i], r, t) == _path(want[i], r, t)
-        stopped_early += int(np.sum(got[i] == dijkstra.NO_HOP) > np.sum(want[i] == -9999))
-    assert stopped_early > 0  # the early stop happened somewhere, or this tests nothing
+        unclaimed += int(np.sum(got[i] == shortest_paths.NO_HOP) > np.sum(want[i] == -9999))
+    assert unclaimed > 0  # switches off the paths read are left -9999, or this tests nothing
 
 
 @pytest.mark.parametrize("with_targets", [False, True])
@@ -73,7 +73,7 @@ def test_on_exact_ties_the_paths_are_scipys_still(with_targets: bool) -> None:
     roots = np.arange(0, 500, 25)
     targets = [rng.choice(500, 10, replace=False) for _ in roots] if with_targets else None
     _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    got = dijkstra.next_hops(g, roots, targets, workers=2)
+    got = shortest_paths.next_hops(g, roots, targets, workers=2)
     for i, r in enumerate(roots):
         for t in targets[i] if targets else range(500):
             if want[i, t] == -9999:
@@ -82,7 +82,7 @@ def test_on_exact_ties_the_paths_are_scipys_still(with_targets: bool) -> None:
 
 
 def _counting_scipy(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
-    """Roots that `dijkstra.next_hops` gives back to scipy, counted."""
+    """Roots that `shortest_paths.next_hops` gives back to scipy, counted."""
     import scipy.sparse.csgraph as csgraph
 
     seen: list[int] = []
@@ -97,7 +97,7 @@ def _counting_scipy(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
 
 
 def test_only_roots_with_a_tie_on_a_path_read_go_back_to_scipy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
+    monkeypatch.setattr(shortest_paths, "COMPILED_MIN_WORK", 0)
     uneven = example_instance(8, 80, 11)  # INT telemetry on every link: no ties
     idle = uneven.model_copy(
         update={"telemetry": uneven.telemetry.model_copy(update={"links": []})}
@@ -109,10 +109,31 @@ def test_only_roots_with_a_tie_on_a_path_read_go_back_to_scipy(monkeypatch) -> N
     assert seen and seen[0] > 0
 
 
+def test_roots_whose_block_does_not_settle_are_scipys(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A path whose switches alternate between low and high numbers gains one link per
+    sweep: past MAX_SWEEPS its roots' block is not settled, and scipy routes them."""
+    n = 3 * shortest_paths.MAX_SWEEPS
+    walk = [v for k in range(n // 2) for v in (k, n - 1 - k)]  # 0, n-1, 1, n-2, ...
+    rng = np.random.default_rng(8)
+    src = np.array(walk[:-1] + walk[1:])
+    dst = np.array(walk[1:] + walk[:-1])
+    g = csr_matrix((rng.random(len(src)) + 0.5, (src, dst)), shape=(n, n))
+    roots = np.array([walk[0], walk[n // 2]])  # one block: from either, the far end is far
+    _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
+    seen = _counting_scipy(monkeypatch)
+    got = shortest_paths.next_hops(g, roots, workers=1)
+    assert seen == [2]
+    assert np.array_equal(got, want)
+    monkeypatch.setattr(shortest_paths, "MAX_SWEEPS", 10 * n)  # given the sweeps, it settles
+    seen.clear()
+    assert np.array_equal(shortest_paths.next_hops(g, roots, workers=1), want)
+    assert seen == []
+
+
 def test_targets_must_match_the_roots() -> None:
     g = _graph(20, 60, 6)
     with pytest.raises(ValueError, match="targets"):
-        dijkstra.next_hops(g, np.array([0, 1]), [np.array([3])])
+        shortest_paths.next_hops(g, np.array([0, 1]), [np.array([3])])
 
 
 def _reference_links(inst) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
@@ -180,10 +201,10 @@ def test_the_engine_places_the_same_with_the_compiled_search(monkeypatch) -> Non
     """An instance above SHARED_ROUTING_MAX_JOBS routes on one tree per PS switch: the same
     placement whichever search routes it (its telemetry is uneven, so paths are unique)."""
     inst = example_instance(8, 80, 11)
-    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", float("inf"))
-    monkeypatch.setattr(dijkstra, "LOADED_MIN_WORK", float("inf"))
+    monkeypatch.setattr(shortest_paths, "COMPILED_MIN_WORK", float("inf"))
+    monkeypatch.setattr(shortest_paths, "LOADED_MIN_WORK", float("inf"))
     with_scipy = engine.solve(inst, "agg")
-    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
+    monkeypatch.setattr(shortest_paths, "COMPILED_MIN_WORK", 0)
     compiled = engine.solve(inst, "agg")
     assert compiled.objective_s == with_scipy.objective_s
     assert [j.model_dump() for j in compiled.jobs] == [j.model_dump() for j in with_scipy.jobs]
@@ -193,13 +214,13 @@ def test_without_the_compiled_search_scipy_routes_and_the_log_says_why(monkeypat
     def broken() -> None:
         raise RuntimeError("cannot cache function '_rows': no locator available")
 
-    monkeypatch.setattr(dijkstra, "_ready", False)
-    monkeypatch.setattr(dijkstra, "_failed", None)
-    monkeypatch.setattr(dijkstra, "warm", broken)
-    monkeypatch.setattr(dijkstra, "COMPILED_MIN_WORK", 0)
+    monkeypatch.setattr(shortest_paths, "_ready", False)
+    monkeypatch.setattr(shortest_paths, "_failed", None)
+    monkeypatch.setattr(shortest_paths, "warm", broken)
+    monkeypatch.setattr(shortest_paths, "COMPILED_MIN_WORK", 0)
     inst = example_instance(8, 80, 11)
     seen = _counting_scipy(monkeypatch)
     placed = engine.solve(inst, "agg")
     assert len(placed.jobs) == 80 and seen == []  # scipy's whole call, not a fallback's
     assert "compiled routing unavailable" in caplog.text and "no locator" in caplog.text
-    assert dijkstra.use_compiled(1e12) is False
+    assert shortest_paths.use_compiled(1e12) is False

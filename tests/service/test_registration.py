@@ -122,13 +122,13 @@ def test_a_large_fabric_loads_the_compiled_routing_at_start(
 ) -> None:
     """Where the fabric's solves would use the compiled routing once loaded, the service
     loads it as it starts, not on its first placement; a small fabric does not."""
-    from agg_optimizer import dijkstra
+    from agg_optimizer import shortest_paths
 
     def started(large: bool) -> bool:
-        monkeypatch.setattr(dijkstra, "_ready", False)
-        monkeypatch.setattr(dijkstra, "_failed", None)
+        monkeypatch.setattr(shortest_paths, "_ready", False)
+        monkeypatch.setattr(shortest_paths, "_failed", None)
         if large:  # the stand-in's fabric counted as large
-            monkeypatch.setattr(dijkstra, "LOADED_MIN_WORK", 1)
+            monkeypatch.setattr(shortest_paths, "LOADED_MIN_WORK", 1)
         app = create_app(settings, loop=False)
         with TestClient(app):
             svc = app.state.service
@@ -136,7 +136,7 @@ def test_a_large_fabric_loads_the_compiled_routing_at_start(
             assert not svc._warm_thread.is_alive()
             loaded = svc.routing_warmed
         svc.close()
-        assert dijkstra._ready == loaded
+        assert shortest_paths._ready == loaded
         return loaded
 
     assert started(large=False) is False

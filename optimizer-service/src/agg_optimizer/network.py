@@ -31,7 +31,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from . import dijkstra as compiled_search
+from . import shortest_paths as compiled_search
 from .documents import DEFAULT_HOP_LATENCY_US, DEFAULT_LINK_LATENCY_US, Instance, Job
 from .pools import usable
 
@@ -387,8 +387,8 @@ class Network:
         flow hash would make for the job's traffic).
 
         `targets[root]`: the switches whose paths to root the caller reads. Where the search
-        is large (`dijkstra.use_compiled`), only their paths are then final: every other
-        switch's next hop may be -9999 (`dijkstra.next_hops`, compiled and threaded).
+        is large (`shortest_paths.use_compiled`), only their paths are then final: every other
+        switch's next hop may be -9999 (`shortest_paths.next_hops`, compiled and threaded).
         """
         src, _ = self._switch_edges()
         if int_aware:

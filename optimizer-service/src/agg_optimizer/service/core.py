@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .. import dijkstra
+from .. import shortest_paths
 from ..documents import Instance, Job, JobPlacement, Placement, SlotPool, Telemetry, Topology
 from ..engine import STRATEGIES, solve
 from ..pools import PoolAllocator
@@ -289,7 +289,7 @@ class Service:
 
     def _warm_routing(self, topo: Topology) -> None:
         """Load the compiled routing search now where this fabric's solves would use it
-        once loaded (`dijkstra.LOADED_MIN_WORK`), so that the first placement does not pay
+        once loaded (`shortest_paths.LOADED_MIN_WORK`), so that the first placement does not pay
         for loading numba (1.7-3 s on a 2-core machine); a fresh process loads it only for
         a single solve of `COMPILED_MIN_WORK`. Its most work: a root per switch with hosts,
         times the directed switch-to-switch links."""
@@ -301,10 +301,10 @@ class Service:
             if "host" in (kind.get(ln.src), kind.get(ln.dst))
         }
         work = len(edge) * 2 * ss
-        if work < dijkstra.LOADED_MIN_WORK:
+        if work < shortest_paths.LOADED_MIN_WORK:
             return
         t = time.monotonic()
-        if dijkstra.preload():
+        if shortest_paths.preload():
             log.info("compiled routing loaded at start in %.1f s", time.monotonic() - t)
             self.routing_warmed = True
 
