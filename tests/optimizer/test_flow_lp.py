@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from agg_optimizer.flow_lp import (
     FlowLP,
+    FlowNetwork,
     FlowProblem,
     NotTotallyUnimodular,
     SolveError,
@@ -68,6 +69,31 @@ def test_incidence_certificate_catches_a_broken_column():
     net.upper = net.upper + 0.5
     with pytest.raises(NotTotallyUnimodular, match="non-integer"):
         check_incidence(net, start, index, value)
+
+
+@pytest.mark.parametrize("kind", ["switch", "job"])
+def test_incidence_certificate_catches_segment_costs_that_decrease(kind: str) -> None:
+    """A node's convex cost is its segments, of nondecreasing cost in their order. Two nodes
+    whose segments alternate: costs rising on each node pass (though not along the list),
+    costs falling on one node are refused."""
+    tail = np.array([2, 3, 2, 3])
+
+    def net(cost: list[float]) -> FlowNetwork:
+        return FlowNetwork(
+            n_nodes=4,
+            tail=tail,
+            head=np.ones(4, dtype=np.int64),
+            upper=np.ones(4),
+            cost=np.array(cost),
+            x_cols=np.zeros(0, dtype=np.int64),
+            seg_kind=[kind] * 4,
+        )
+
+    ok = net([1.0, 5.0, 2.0, 6.0])  # node 2: 1 then 2; node 3: 5 then 6
+    check_incidence(ok, *incidence_csc(ok))
+    bad = net([2.0, 5.0, 1.0, 6.0])  # node 2: 2 then 1
+    with pytest.raises(NotTotallyUnimodular, match=f"{kind} segment costs decrease"):
+        check_incidence(bad, *incidence_csc(bad))
 
 
 def _two_arcs(*, pools, group_job, costs, slots) -> FlowProblem:
