@@ -119,14 +119,15 @@ def _blocks(  # type: ignore[no-untyped-def]
                     if dv == np.inf:  # unreachable
                         break
                     hop = -1
+                    ways = 0  # links into v whose tail's distance plus weight is v's
                     for e in range(rptr[v], rptr[v + 1]):
                         u = ridx[e]
                         if dist[u * L + b] + rdata[e] == dv:
-                            if hop >= 0:  # a second way in at the same distance
-                                again[i] = True
+                            ways += 1
                             hop = u
-                    if hop < 0:  # cannot be, distances being settled; scipy's then
+                    if ways != 1:  # a tie; or none, which settled distances rule out
                         again[i] = True
+                        break
                     row[v] = hop
                     v = hop
         dirty[:] = False
