@@ -117,6 +117,32 @@ def test_decoded_rows_are_kept_per_version_and_dropped_on_another_stores_write(
     b.close()
 
 
+def test_unsettled_jobs_are_read_without_decoding_and_match_the_decoded_rows(
+    target: str,
+) -> None:
+    """`Store.unsettled` (the loop's question after a pass): jobs whose latest placement has
+    one of the statuses, those being deleted left out; the same jobs as `currents()` and
+    `deleting()` give, on either backend."""
+    a, b = Store(target), Store(target)
+    statuses = {"j1": ["partial"], "j2": ["partial", "applied"], "j3": ["applied", "intents-only"]}
+    statuses |= {"j4": ["intents-only"], "j5": []}
+    for j, seen in statuses.items():
+        a.add_job(j, {"id": j, "workers": ["h1"]}, "agg")
+        a.set_desired(j, "agg", {}, {})
+        for st in seen:
+            a.add_placement(j, "agg", st, None, {"s": st})
+    b.mark_deleting("j4")
+    want = sorted(
+        j for j, c in b.currents().items()
+        if c["status"] in ("partial", "intents-only") and j not in b.deleting()
+    )  # fmt: skip
+    assert want == ["j1", "j3"]
+    assert b.unsettled(("partial", "intents-only")) == want
+    assert a.unsettled(("applied",)) == ["j2"]
+    a.close()
+    b.close()
+
+
 def test_the_lease_has_one_holder_on_the_database_clock(target: str) -> None:
     a, b = Store(target), Store(target)
     ours, holder, expires = a.acquire_lease("fabric:x", "a", 1.0)

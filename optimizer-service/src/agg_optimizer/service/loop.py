@@ -247,11 +247,7 @@ class ControlLoop:
     def unsettled(self) -> list[str]:
         """Jobs whose apply is unfinished, waiting on ONOS or its app (`partial`,
         `intents-only`), and not being deleted."""
-        deleting = self.svc.store.deleting()
-        return sorted(
-            j for j, c in self.svc.store.currents().items()
-            if c["status"] in ("partial", "intents-only") and j not in deleting
-        )  # fmt: skip
+        return self.svc.store.unsettled(("partial", "intents-only"))
 
     def _run(self) -> None:
         period = self.svc.s.reoptimize_period_s

@@ -479,6 +479,20 @@ class Store:
 
         return {j: dict(c) for j, c in self._per_version("currents", load).items()}
 
+    def unsettled(self, statuses: Sequence[str]) -> list[str]:
+        """The jobs whose current placement has one of `statuses` and whose deletion is not
+        under way, sorted: one query, no placement decoded (`currents()` and `deleting()`
+        decode every job's JSON after any write: 1.5 s at 10,000 jobs)."""
+        marks = ", ".join("?" for _ in statuses)
+        rows = self._run(
+            "SELECT p.job_id FROM placements p JOIN (SELECT job_id, MAX(seq) AS seq "
+            f"FROM placements GROUP BY job_id) m ON p.seq = m.seq WHERE p.status IN ({marks}) "
+            "AND p.job_id NOT IN (SELECT job_id FROM desired WHERE state = ?) "
+            "ORDER BY p.job_id",
+            (*statuses, DELETING),
+        )
+        return [r[0] for r in rows]
+
     # desired state
     def set_desired(
         self, job_id: str, strategy: str, doc: dict[str, Any], bodies: dict[str, Any]
