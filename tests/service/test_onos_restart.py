@@ -148,3 +148,27 @@ def test_a_job_short_of_applied_is_retried_soon_not_at_the_period(slow_loop, ono
         wait_for(lambda: status() == "applied", 30, "the job applied")
     finally:
         fresh.stop()
+
+
+def test_wakes_in_a_burst_start_a_pass_at_most_every_wake_gap(slow_loop) -> None:
+    """An ONOS that flaps wakes the loop on every return. Woken every 50 ms for 3 s, the
+    loop runs a pass at once and then no sooner than WAKE_GAP_S after the last one ended:
+    two passes in the burst, not one per wake."""
+    from agg_optimizer.service.loop import WAKE_GAP_S
+
+    BURST_S = 3.0
+    svc = slow_loop.app.state.service
+    assert slow_loop.post("/api/v1/jobs", json=JOB).status_code == 201
+    assert slow_loop.post("/api/v1/jobs/j/placement").json()["status"] == "applied"
+    wait_for(lambda: svc.control._thread is not None, 30, "the loop started")
+    runs = lambda: svc.counters.get("loop_runs", 0)  # noqa: E731
+    before = runs()
+    began = time.monotonic()
+    while time.monotonic() - began < BURST_S:
+        svc.control.wake("a burst")
+        time.sleep(0.05)
+    wait_for(lambda: runs() > before, 60, "a pass after the wakes")
+    time.sleep(0.2)  # a pass started inside the burst has ended by now on the stand-in
+    # passes start WAKE_GAP_S apart at least: 2 in the 3 s
+    assert 1 <= runs() - before <= 1 + int(BURST_S / WAKE_GAP_S), (before, runs())
+    assert svc.counters.get("loop_wakes", 0) >= 50

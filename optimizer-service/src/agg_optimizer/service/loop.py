@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,10 @@ log = logging.getLogger(__name__)
 # After a pass that could not finish, the next comes this soon, then twice as late each
 # time up to the period (`ControlLoop._run`).
 RETRY_FIRST_S = 2.0
+# A wake (`ControlLoop.wake`) starts a pass at once, but not sooner than this after the
+# last pass ended: an ONOS that flaps wakes the loop on every return, and without a gap the
+# passes would run back to back for as long as it flaps.
+WAKE_GAP_S = 2.0
 
 
 @dataclass
@@ -253,8 +258,12 @@ class ControlLoop:
         period = self.svc.s.reoptimize_period_s
         retry = RETRY_FIRST_S
         wait = period
+        ended = -WAKE_GAP_S
         while not self.svc._stop.is_set():
-            self._wake.wait(wait)
+            if self._wake.wait(wait):
+                gap = WAKE_GAP_S - (time.monotonic() - ended)
+                if gap > 0:
+                    self.svc._stop.wait(gap)
             self._wake.clear()
             if self.svc._stop.is_set():
                 break
@@ -274,6 +283,7 @@ class ControlLoop:
                 wait, retry = min(period, retry), retry * 2
             else:
                 wait, retry = period, RETRY_FIRST_S
+            ended = time.monotonic()
 
     def stop(self) -> None:
         self._wake.set()
