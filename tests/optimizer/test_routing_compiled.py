@@ -1,10 +1,14 @@
-"""The compiled, threaded routing search for many roots (`agg_optimizer.shortest_paths`)
-against scipy's Dijkstra, and the network's link arrays against a plain dict built from the
-telemetry (the speed-ups of issue 33 must not change what the engine routes on)."""
+"""The compiled, threaded routing search for many roots (`agg_optimizer.shortest_paths`),
+its kernel in C and its kernel in numba each, against scipy's Dijkstra, and the network's
+link arrays against a plain dict built from the telemetry (the speed-ups of issue 33 must
+not change what the engine routes on)."""
 
 from __future__ import annotations
 
+import logging
+import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -27,6 +31,17 @@ def _graph(n: int, m: int, seed: int, integer: bool = False) -> csr_matrix:
     return g
 
 
+@pytest.fixture(params=["c", "numba"])
+def kernel(request):  # type: ignore[no-untyped-def]
+    """Each kernel of the search: C's (built by the machine's C compiler) and numba's."""
+    if request.param == "numba":
+        return shortest_paths.numba_kernel()
+    try:
+        return shortest_paths.c_kernel()
+    except RuntimeError as e:
+        pytest.skip(f"the C kernel cannot be built here: {e}")
+
+
 def _path(pred: np.ndarray, root: int, v: int) -> list[int]:
     out = [v]
     while v != root:
@@ -37,22 +52,22 @@ def _path(pred: np.ndarray, root: int, v: int) -> list[int]:
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_full_rows_are_scipys_where_paths_are_unique(workers: int) -> None:
+def test_full_rows_are_scipys_where_paths_are_unique(workers: int, kernel) -> None:  # type: ignore[no-untyped-def]
     g = _graph(600, 5000, 1)  # random real weights: every shortest path is unique
     roots = np.random.default_rng(2).choice(600, 40, replace=False)
     _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    got = shortest_paths.next_hops(g, roots, workers=workers)
+    got = shortest_paths.next_hops(g, roots, workers=workers, kernel=kernel)
     assert got.shape == want.shape
     assert np.array_equal(got, want)  # unreachable nodes too: -9999 in both
 
 
-def test_with_targets_every_targets_path_is_scipys_and_the_rest_is_not_claimed() -> None:
+def test_with_targets_every_targets_path_is_scipys_and_the_rest_is_not_claimed(kernel) -> None:  # type: ignore[no-untyped-def]
     g = _graph(800, 6000, 3)
     rng = np.random.default_rng(4)
     roots = rng.choice(800, 30, replace=False)
     targets = [rng.choice(800, int(rng.integers(1, 15)), replace=False) for _ in roots]
     dist, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    got = shortest_paths.next_hops(g, roots, targets, workers=2)
+    got = shortest_paths.next_hops(g, roots, targets, workers=2, kernel=kernel)
     unclaimed = 0
     for i, r in enumerate(roots):
         for t in targets[i]:
@@ -65,7 +80,7 @@ def test_with_targets_every_targets_path_is_scipys_and_the_rest_is_not_claimed()
 
 
 @pytest.mark.parametrize("with_targets", [False, True])
-def test_on_exact_ties_the_paths_are_scipys_still(with_targets: bool) -> None:
+def test_on_exact_ties_the_paths_are_scipys_still(with_targets: bool, kernel) -> None:  # type: ignore[no-untyped-def]
     """Weights 1-3: many equally short paths. Roots with a tie on a path read are routed by
     scipy again, so ties break as scipy breaks them."""
     g = _graph(500, 4000, 5, integer=True)
@@ -73,7 +88,7 @@ def test_on_exact_ties_the_paths_are_scipys_still(with_targets: bool) -> None:
     roots = np.arange(0, 500, 25)
     targets = [rng.choice(500, 10, replace=False) for _ in roots] if with_targets else None
     _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
-    got = shortest_paths.next_hops(g, roots, targets, workers=2)
+    got = shortest_paths.next_hops(g, roots, targets, workers=2, kernel=kernel)
     for i, r in enumerate(roots):
         for t in targets[i] if targets else range(500):
             if want[i, t] == -9999:
@@ -109,7 +124,7 @@ def test_only_roots_with_a_tie_on_a_path_read_go_back_to_scipy(monkeypatch) -> N
     assert seen and seen[0] > 0
 
 
-def test_roots_whose_block_does_not_settle_are_scipys(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_roots_whose_block_does_not_settle_are_scipys(monkeypatch, kernel) -> None:  # type: ignore[no-untyped-def]
     """A path whose switches alternate between low and high numbers gains one link per
     sweep: past MAX_SWEEPS its roots' block is not settled, and scipy routes them."""
     n = 3 * shortest_paths.MAX_SWEEPS
@@ -121,12 +136,12 @@ def test_roots_whose_block_does_not_settle_are_scipys(monkeypatch) -> None:  # t
     roots = np.array([walk[0], walk[n // 2]])  # one block: from either, the far end is far
     _, want = scipy_dijkstra(g, directed=True, indices=roots, return_predecessors=True)
     seen = _counting_scipy(monkeypatch)
-    got = shortest_paths.next_hops(g, roots, workers=1)
+    got = shortest_paths.next_hops(g, roots, workers=1, kernel=kernel)
     assert seen == [2]
     assert np.array_equal(got, want)
     monkeypatch.setattr(shortest_paths, "MAX_SWEEPS", 10 * n)  # given the sweeps, it settles
     seen.clear()
-    assert np.array_equal(shortest_paths.next_hops(g, roots, workers=1), want)
+    assert np.array_equal(shortest_paths.next_hops(g, roots, workers=1, kernel=kernel), want)
     assert seen == []
 
 
@@ -224,3 +239,59 @@ def test_without_the_compiled_search_scipy_routes_and_the_log_says_why(monkeypat
     assert len(placed.jobs) == 80 and seen == []  # scipy's whole call, not a fallback's
     assert "compiled routing unavailable" in caplog.text and "no locator" in caplog.text
     assert shortest_paths.use_compiled(1e12) is False
+
+
+def _fresh_state(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The module as a new process finds it: no kernel loaded yet."""
+    for name, value in (("_compiled", None), ("kernel_name", None), ("_ready", False)):
+        monkeypatch.setattr(shortest_paths, name, value)
+    monkeypatch.setattr(shortest_paths, "_failed", None)
+
+
+def test_the_c_kernel_is_built_once_in_the_first_writable_folder(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if shutil.which(os.environ.get("CC") or "cc") is None:
+        pytest.skip("no C compiler ($CC or cc) on PATH to build the C kernel with")
+    (tmp_path / "a-file").write_text("")
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(shortest_paths, "_c_folders", lambda: [tmp_path / "a-file" / "x", cache])
+    with pytest.raises(FileNotFoundError):
+        shortest_paths.c_kernel(build=False)
+    built = shortest_paths.c_kernel()
+    assert [p.name for p in cache.iterdir()] == [shortest_paths._c_build_name()]  # no temp left
+    g = _graph(300, 2000, 9)
+    _, want = scipy_dijkstra(g, directed=True, indices=[0, 7], return_predecessors=True)
+    assert np.array_equal(shortest_paths.next_hops(g, np.array([0, 7]), kernel=built), want)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))  # loaded again, not rebuilt
+    again = shortest_paths.c_kernel()
+    assert np.array_equal(shortest_paths.next_hops(g, np.array([0, 7]), kernel=again), want)
+    # a build is for one CPU (-march=native): another CPU's process builds its own
+    monkeypatch.setattr(shortest_paths, "_cpu", lambda: "another machine")
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        shortest_paths.c_kernel()
+
+
+def test_without_a_c_compiler_numba_routes_and_the_log_says_why(monkeypatch, tmp_path, caplog):  # type: ignore[no-untyped-def]
+    _fresh_state(monkeypatch)
+    monkeypatch.setattr(shortest_paths, "_c_folders", lambda: [tmp_path])
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    caplog.set_level(logging.INFO, logger=shortest_paths.__name__)
+    assert shortest_paths.use_compiled(shortest_paths.LOADED_MIN_WORK) is False  # not built
+    assert shortest_paths.use_compiled(shortest_paths.COMPILED_MIN_WORK) is True
+    assert shortest_paths.kernel_name == "numba"
+    assert "routing kernel in C unavailable" in caplog.text and "no C compiler" in caplog.text
+    g = _graph(300, 2000, 10)
+    _, want = scipy_dijkstra(g, directed=True, indices=[3], return_predecessors=True)
+    assert np.array_equal(shortest_paths.next_hops(g, np.array([3])), want)
+
+
+def test_a_built_c_kernel_is_used_from_the_loaded_threshold_in_a_fresh_process(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Loading a built C kernel costs a millisecond, not numba's seconds: a fresh process
+    uses it from LOADED_MIN_WORK on, without waiting for COMPILED_MIN_WORK."""
+    try:
+        shortest_paths.c_kernel()  # built, as `make sync` does
+    except RuntimeError as e:
+        pytest.skip(f"the C kernel cannot be built here: {e}")
+    _fresh_state(monkeypatch)
+    assert shortest_paths.use_compiled(shortest_paths.LOADED_MIN_WORK / 2) is False
+    assert shortest_paths.use_compiled(shortest_paths.LOADED_MIN_WORK) is True
+    assert shortest_paths.kernel_name == "c"
