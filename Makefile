@@ -13,7 +13,8 @@ all: test
 # beside the sources: the collector's receive path (`int-collector serve` then starts in a
 # second or two instead of compiling for 15 CPU-seconds), the simulator's fair-share loop
 # (the demo's fabric) and the placement's routing search for large fabrics
-# (`agg_optimizer.shortest_paths`). Each checks its cache first: a second `make sync` takes seconds.
+# (`agg_optimizer.shortest_paths`: its kernel in C, built by cc for this CPU, and numba's for
+# where there is no compiler). Each checks its cache first: a second `make sync` takes seconds.
 sync: $(UV)
 	$(UV) sync --frozen
 	$(RUN) int-collector compile
