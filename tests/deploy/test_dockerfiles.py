@@ -108,8 +108,9 @@ def test_venv_moves_between_stages_to_the_same_path(path: str) -> None:
     venv = env["UV_PROJECT_ENVIRONMENT"]
     moved = [c for c in final["commands"] if c["instruction"] == "copy" and c.get("from")]
     assert [(c["sources"], c["dest"]) for c in moved if c["sources"] == [venv]] == [([venv], venv)]
-    # Besides the venv, only the collector's numba cache moves, to the folder its ENV names
-    # and owned by the user the image runs as (numba refuses a cache folder it cannot write).
+    # Besides the venv, only the image's numba cache moves (what its build compiled), to the
+    # folder its ENV names and owned by the user the image runs as (numba refuses a cache
+    # folder it cannot write).
     others = [c for c in moved if c["sources"] != [venv]]
     if others:
         final_env_ = {

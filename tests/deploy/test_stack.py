@@ -260,3 +260,22 @@ def test_the_stack_places_a_job_end_to_end_and_keeps_it_across_down_and_up(stack
     code, intents = http(onos("/intents"), headers=ONOS_AUTH)
     assert code == 200 and intents["intents"], intents
     assert all(i["state"] == "INSTALLED" for i in intents["intents"]), intents
+
+
+def test_the_optimizers_image_loads_the_routing_search_its_build_compiled(stack: Stack) -> None:
+    """The image has no C compiler (python:3.11-slim), so a large fabric routes with numba's
+    kernel: compiled by the image's build into /opt/numba-cache, which the service's user
+    owns, and loaded from there by a process in the container, not compiled again."""
+    probe = (
+        "import json; from agg_optimizer import shortest_paths as s; ok = s.preload(); "
+        "st = s._compiled.stats if s.kernel_name == 'numba' else None; "
+        "print(json.dumps({'ok': ok, 'kernel': s.kernel_name, 'failed': s._failed, "
+        "'hits': sum(st.cache_hits.values()) if st else None, "
+        "'misses': sum(st.cache_misses.values()) if st else None}))"
+    )
+    r = stack.compose("exec", "-T", "optimizer", "python", "-c", probe, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"ok": True, "kernel": "numba", "failed": None, "hits": 1, "misses": 0}, got
+    r = stack.compose("exec", "-T", "optimizer", "stat", "-c", "%U", "/opt/numba-cache")
+    assert r.stdout.strip() == "app", r
