@@ -31,11 +31,28 @@ def _graph(n: int, m: int, seed: int, integer: bool = False) -> csr_matrix:
     return g
 
 
-@pytest.fixture(params=["c", "numba"])
+@pytest.fixture(scope="module")
+def portable_c_kernel(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The C kernel built without -march=native: the CPU family's baseline (SSE2 on x86-64,
+    2 doubles per vector where this machine's AVX takes 4), as a CPU without AVX builds it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shortest_paths, "C_FLAGS", ("-O3", "-shared", "-fPIC"))
+        folder = tmp_path_factory.mktemp("portable")
+        mp.setattr(shortest_paths, "_c_folders", lambda: [folder])
+        try:
+            return shortest_paths.c_kernel()
+        except RuntimeError as e:
+            pytest.skip(f"the C kernel cannot be built here: {e}")
+
+
+@pytest.fixture(params=["c", "c-portable", "numba"])
 def kernel(request):  # type: ignore[no-untyped-def]
-    """Each kernel of the search: C's (built by the machine's C compiler) and numba's."""
+    """Each kernel of the search: C's as built for this machine's CPU, C's as built for the
+    CPU family's baseline, and numba's."""
     if request.param == "numba":
         return shortest_paths.numba_kernel()
+    if request.param == "c-portable":
+        return request.getfixturevalue("portable_c_kernel")
     try:
         return shortest_paths.c_kernel()
     except RuntimeError as e:
