@@ -25,8 +25,8 @@ settled in `MAX_SWEEPS` (a graph far from a fabric's few layers), scipy routes t
 again, so that ties break as they always did and placements stay what they were.
 
 The search has two kernels, the same loops: `routing_kernel.c`, built by the machine's C
-compiler for its own CPU (-march=native: a link relaxed for the 16 roots in four AVX
-instructions) into a shared library beside the sources, and called through ctypes; and
+compiler for its own CPU (-march=native: a link relaxed for the 16 roots four at a time
+in AVX registers) into a shared library beside the sources, and called through ctypes; and
 `_blocks` below, compiled by numba where there is no C compiler (a slim container image).
 At k=64 with 10,000 jobs the C kernel routes in 0.42-0.48 s against numba's 0.84-0.98 s,
 and a fresh process loads it in milliseconds where importing numba and loading its cache
@@ -58,8 +58,8 @@ import numpy as np
 NO_HOP = -9999  # scipy's predecessor value for "none"
 # Work of a routing call: roots x directed links (k=32 with 1,000 jobs: 1.3e7; k=48 with
 # 10,000 jobs: 1.3e8; k=64 with 3,000 jobs: 4.1e8; k=64 with 10,000 jobs: 5.3e8). scipy
-# takes about 10 ns per unit on the test machine, so compiling the kernel, or loading numba
-# (1.7-3 s), pays from about 3e8 in a fresh process.
+# takes about 10 ns per unit on the test machine, so building the C kernel (about 1 s) or
+# loading numba's (3.1-3.4 s) pays from about 3e8 in a fresh process.
 COMPILED_MIN_WORK = 3e8
 # Once loaded, or where the C kernel is built already (loading it takes a millisecond), from
 # this much work on (below it, the threads cost more than they save).

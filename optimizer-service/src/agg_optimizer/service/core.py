@@ -290,8 +290,9 @@ class Service:
     def _warm_routing(self, topo: Topology) -> None:
         """Load the compiled routing search now where this fabric's solves would use it
         once loaded (`shortest_paths.LOADED_MIN_WORK`), so that the first placement does not pay
-        for building its C kernel or loading numba's (3.1-3.4 s on a 2-core machine); a
-        fresh process builds or loads it only for a single solve of `COMPILED_MIN_WORK`.
+        for building its C kernel (about 1 s, once per install) or loading numba's (3.1-3.4 s
+        on a 2-core machine); a fresh process builds or loads it only for a single solve of
+        `COMPILED_MIN_WORK`, or from `LOADED_MIN_WORK` where the C kernel is built.
         Its most work: a root per switch with hosts, times the directed switch-to-switch
         links."""
         kind = {n.id: n.kind for n in topo.nodes}
