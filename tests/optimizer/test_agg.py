@@ -45,6 +45,36 @@ def test_forest_matches_the_per_tree_model(seed):
         assert {tuple(s) for s in fsegs.values()} == segs
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_large_path_routes_read_the_checked_positions_as_the_names(seed):
+    """Above SHARED_ROUTING_MAX_JOBS jobs the routes and the forest read the jobs' hosts as
+    positions (`check_instance`'s `Checked.jobs`, or `forest.job_nodes`): the roots are the
+    PS switches by name, each job routes on its PS switch's row, every worker's path to it
+    is on that row, and the forest is the same with or without the checked positions."""
+    from agg_optimizer.context import SHARED_ROUTING_MAX_JOBS
+    from agg_optimizer.validation import check_instance
+
+    inst = example_instance(8, SHARED_ROUTING_MAX_JOBS + 20, seed)
+    given = Context(inst, nodes=check_instance(inst).jobs)
+    worked = Context(inst)
+    roots, pred, rows = given.int_routes
+    assert roots == sorted({given.net.attach[j.ps] for j in inst.jobs})
+    assert [roots[r] for r in rows] == [given.net.attach[j.ps] for j in inst.jobs]
+    ids, at = given.net.switch_ids, given.net.sw_index
+    for j, job in enumerate(inst.jobs):
+        root = at[roots[rows[j]]]
+        for w in job.workers:
+            v, hops = at[given.net.attach[w]], 0
+            while v != root:
+                v, hops = int(pred[rows[j], v]), hops + 1
+                assert 0 <= v < len(ids) and hops < len(ids)
+    assert worked.int_routes[0] == roots and worked.int_routes[2] == rows
+    assert np.array_equal(worked.int_routes[1], pred)
+    fa, fb = given.forest, worked.forest
+    for name in ("job", "switch", "parent", "direct", "tau", "dist", "segment", "w_node"):
+        assert np.array_equal(getattr(fa, name), getattr(fb, name)), name
+
+
 def _check_feasible(inst: Instance, placement) -> None:
     slots = {n.id: n.slots for n in inst.topology.nodes}
     prog = {n.id: n.programmable for n in inst.topology.nodes}

@@ -209,6 +209,10 @@ def test_the_networks_link_values_are_the_telemetrys(shape: str) -> None:
         down = [ref[(net.attach[h], h)] for h in hosts]
         assert net.host_values(which, hosts, up=True).tolist() == up
         assert net.host_values(which, hosts, up=False).tolist() == down
+        at = np.array([net.index[h] for h in hosts])
+        assert net.host_values_at(which, at, up=True).tolist() == up
+        assert net.host_values_at(which, at, up=False).tolist() == down
+    assert net.host_switches(at).tolist() == [net.sw_index[net.attach[h]] for h in hosts]
 
 
 def test_host_values_read_the_dicts_where_a_direction_is_given_twice() -> None:
@@ -225,6 +229,10 @@ def test_host_values_read_the_dicts_where_a_direction_is_given_twice() -> None:
     assert net._host_up is None and isinstance(net.cap, dict)
     h = host_link.src if host_link.src.startswith("h") else host_link.dst
     assert net.host_values("cap", [h], up=True).tolist() == [twice.capacity_gbps * 1e9]
+    at = np.array([net.index[h]])
+    assert net._host_switch is None
+    assert net.host_values_at("cap", at, up=True).tolist() == [twice.capacity_gbps * 1e9]
+    assert net.host_switches(at).tolist() == [net.sw_index[net.attach[h]]]
     with pytest.raises(KeyError):
         Network.from_instance(example_instance(4, 3, 2)).host_values("cap", ["e0_0"], up=True)
 

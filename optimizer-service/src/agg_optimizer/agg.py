@@ -93,9 +93,16 @@ def build_model(ctx: Context) -> AggModel:
     )
     cur = {(jid, s) for jid, sws in ctx.instance.current.items() for s in sws}
     job_ids = [j.id for j in jobs]
-    in_current = np.array(
-        [(job_ids[f.job[v]], net.ids[f.switch[v]]) in cur for v in arc_node], dtype=bool
-    )
+    if cur:
+        in_current = np.array(
+            [
+                (job_ids[j], net.ids[s]) in cur
+                for j, s in zip(f.job[arc_node].tolist(), f.switch[arc_node].tolist(), strict=True)
+            ],
+            dtype=bool,
+        )
+    else:  # nothing placed yet: no arc is in the current placement
+        in_current = np.zeros(len(arc_node), dtype=bool)
     problem = FlowProblem(
         job_cap=caps,
         job_pool=pool,
@@ -141,8 +148,10 @@ def objective(ctx: Context, m: AggModel, agg: np.ndarray) -> float:
 def to_decision(ctx: Context, m: AggModel, agg: np.ndarray) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {j.id: set() for j in ctx.jobs}
     f = m.forest
-    for v in np.nonzero(agg)[0]:
-        out[ctx.jobs[f.job[v]].id].add(ctx.net.ids[f.switch[v]])
+    chosen = np.nonzero(agg)[0]
+    jobs, ids = ctx.jobs, ctx.net.ids
+    for j, s in zip(f.job[chosen].tolist(), f.switch[chosen].tolist(), strict=True):
+        out[jobs[j].id].add(ids[s])
     return out
 
 

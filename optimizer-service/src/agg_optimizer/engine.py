@@ -291,7 +291,9 @@ def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
             stats=SolverStats(status="no jobs"),
         )
     t0 = time.perf_counter()
-    ctx = Context(instance, seed=seed, compiled=Network.from_instance(instance, checked))
+    ctx = Context(
+        instance, seed=seed, compiled=Network.from_instance(instance, checked), nodes=checked.jobs
+    )
     aggs, stats, trees = STRATEGIES[strategy](ctx)
     stats.total_s = time.perf_counter() - t0
     return build_placement(ctx, strategy, trees, aggs, stats)

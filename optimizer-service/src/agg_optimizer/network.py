@@ -173,6 +173,9 @@ class Network:
     # switch; None where the dicts are the only truth (a direction given twice).
     _host_up: np.ndarray | None = None
     _host_down: np.ndarray | None = None
+    # Per node (by `index`): the position in switch_ids of a host's switch, -1 for a switch;
+    # None where the dicts are the only truth.
+    _host_switch: np.ndarray | None = None
     _dir_values: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
@@ -196,8 +199,13 @@ class Network:
             ],
             dtype=np.int64,
         )
-        hop = {s.switch: s.hop_latency_us * 1e-6 for s in inst.telemetry.switches}
-        hop_s = np.array([hop.get(n.id, DEFAULT_HOP_LATENCY_US * 1e-6) for n in nodes])
+        # the switches' hop latencies where telemetry has them (the last entry of a switch
+        # wins, as in a dict; names that are no node are ignored)
+        hop_s = np.full(len(nodes), DEFAULT_HOP_LATENCY_US * 1e-6)
+        for st in inst.telemetry.switches:
+            at_node = index.get(st.switch)
+            if at_node is not None:
+                hop_s[at_node] = st.hop_latency_us * 1e-6
         # Per direction u->v, each link's two in turn (the order routing's graph is built
         # in): numpy over the telemetry instead of a Python loop per direction (a k=64
         # fat-tree has 393,216 of them, and the loop took a second).
@@ -235,15 +243,17 @@ class Network:
             np.fromiter(map(attrgetter("latency_us"), tl), np.float64, nt),
             DEFAULT_LINK_LATENCY_US,
         )
-        flows = np.append(
-            np.array(list(map(attrgetter("flows"), tl)) or [], dtype=np.float64), np.nan
-        )
+        flows_l = list(map(attrgetter("flows"), tl))
+        if flows_l.count(None) == nt:  # none counted (numpy turns each None into NaN slowly)
+            flows = np.full(nt + 1, np.nan)
+        else:
+            flows = np.append(np.array(flows_l or [], dtype=np.float64), np.nan)
         util, q, lat, flows = util[at], q[at], lat[at], flows[at]
         fair = np.where(np.isnan(flows), 0.0, c / (flows + 1.0))
         resid_a = np.maximum(np.maximum(c * (1.0 - util), fair), RESIDUAL_FLOOR * c)
         delay_a = lat * 1e-6 + 8.0 * q / c
         unique = checked is not None or len(np.unique(want)) == n_dir  # no direction twice
-        host_up = host_down = None
+        host_up = host_down = host_switch = None
         if unique:
             at_pos = Positions(list(links))  # its own list: the caller's may change later
             cap = LinkValues(at_pos, c.tolist())
@@ -255,13 +265,16 @@ class Network:
             resid = dict(zip(keys, resid_a.tolist(), strict=True))
             delay = dict(zip(keys, delay_a.tolist(), strict=True))
         host_end = ~is_switch[ends]
-        attach: dict[str, str] = {}
-        for i in np.nonzero(host_end.any(axis=1))[0].tolist():
-            u, v = links[i].src, links[i].dst
-            if host_end[i, 0]:
-                attach[u] = v
-            if host_end[i, 1]:
-                attach[v] = u
+        # host -> its switch, link by link and src before dst (the last link of a host wins)
+        at_end = np.nonzero(host_end.reshape(-1))[0]  # 2 * link + end, in that order
+        link_i, end = at_end // 2, at_end % 2
+        attach = dict(
+            zip(
+                map(ids.__getitem__, ends[link_i, end].tolist()),
+                map(ids.__getitem__, ends[link_i, 1 - end].tolist()),
+                strict=True,
+            )
+        )
         hosts_at = ends[host_end]
         if unique and np.all(np.bincount(hosts_at, minlength=n_id) <= 1):
             # a host's link: u->v at 2i, v->u at 2i+1; which end the host is picks one
@@ -275,6 +288,11 @@ class Network:
         sw_index = {s: i for i, s in enumerate(switch_ids)}
         # the switch-to-switch directions, in `keys` order, as positions in switch_ids
         sw_pos = np.cumsum(is_switch) - 1
+        if host_up is not None:
+            host_switch = np.full(n_id, -1, dtype=np.int64)
+            for end in (0, 1):
+                i = np.nonzero(host_end[:, end] & is_switch[ends[:, 1 - end]])[0]
+                host_switch[ends[i, end]] = sw_pos[ends[i, 1 - end]]
         both = np.repeat(~host_end.any(axis=1), 2)
         pairs = np.stack([ends, ends[:, ::-1]], axis=1).reshape(-1, 2)[both]
         return cls(
@@ -296,6 +314,7 @@ class Network:
             _edge_delay=delay_a[both],
             _host_up=host_up,
             _host_down=host_down,
+            _host_switch=host_switch,
             _dir_values={"cap": c, "resid": resid_a, "delay": delay_a},
         )
 
@@ -318,6 +337,26 @@ class Network:
             bad = hosts[int(np.argmax(pos < 0))]
             raise KeyError(f"{bad!r} has no host link")
         return self._dir_values[which][pos]
+
+    def host_values_at(self, which: str, nodes: np.ndarray, *, up: bool) -> np.ndarray:
+        """`host_values` of hosts given as positions in `ids`."""
+        at = self._host_up if up else self._host_down
+        if at is not None:
+            pos = at[nodes]
+            if not np.any(pos < 0):
+                return self._dir_values[which][pos]
+        return self.host_values(which, [self.ids[i] for i in np.asarray(nodes).tolist()], up=up)
+
+    def host_switches(self, nodes: np.ndarray) -> np.ndarray:
+        """The position in `switch_ids` of the switch each host is attached to (hosts given
+        as positions in `ids`): `sw_index[attach[host]]`, as arrays."""
+        if self._host_switch is not None:
+            out = self._host_switch[nodes]
+            if not np.any(out < 0):
+                return out
+        ids, attach, sw_index = self.ids, self.attach, self.sw_index
+        hosts = np.asarray(nodes).tolist()
+        return np.fromiter((sw_index[attach[ids[i]]] for i in hosts), np.int64, len(hosts))
 
     # -- routing ------------------------------------------------------------------------------
 
@@ -380,7 +419,21 @@ class Network:
         salt: str = "",
         targets: Mapping[str, Iterable[str]] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Per root switch, the index of every switch's next hop towards it (-9999 at the root).
+        """Per root switch, the index of every switch's next hop towards it (-9999 at the root):
+        `next_hop_rows`' rows by root."""
+        rows = self.next_hop_rows(roots, int_aware=int_aware, salt=salt, targets=targets)
+        return {r: rows[i] for i, r in enumerate(roots)}
+
+    def next_hop_rows(
+        self,
+        roots: list[str],
+        *,
+        int_aware: bool,
+        salt: str = "",
+        targets: Mapping[str, Iterable[str]] | None = None,
+        target_positions: Sequence[np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Row i: the index of every switch's next hop towards roots[i] (-9999 at the root).
 
         INT-aware routing weighs links by delay and residual rate. Otherwise hop count, with
         equal-cost ties broken by a hash of `salt` (one ECMP choice per job, as a switch's
@@ -389,6 +442,8 @@ class Network:
         `targets[root]`: the switches whose paths to root the caller reads. Where the search
         is large (`shortest_paths.use_compiled`), only their paths are then final: every other
         switch's next hop may be -9999 (`shortest_paths.next_hops`, compiled and threaded).
+        `target_positions[i]`: the same for roots[i], as positions in `switch_ids` (what a
+        caller holding arrays passes instead of `targets`; an empty array: the root only).
         """
         src, _ = self._switch_edges()
         if int_aware:
@@ -402,16 +457,24 @@ class Network:
         idx = [self.sw_index[r] for r in roots]
         if compiled_search.use_compiled(len(idx) * gt.nnz):
             want = None
-            if targets is not None:
+            if target_positions is not None:
+                if len(target_positions) != len(idx):
+                    raise ValueError(
+                        f"target_positions: {len(target_positions)} arrays for {len(idx)} roots"
+                    )
+                want = [
+                    np.asarray(t, dtype=np.int64) if len(t) else np.array([i], np.int64)
+                    for t, i in zip(target_positions, idx, strict=True)
+                ]
+            elif targets is not None:
                 # a root nobody asked a path to: the root itself (an empty list means all)
                 want = [
                     np.array([self.sw_index[s] for s in targets.get(r, ())] or [i], np.int64)
                     for r, i in zip(roots, idx, strict=True)
                 ]
-            pred = compiled_search.next_hops(gt, np.array(idx, dtype=np.int64), want)
-        else:
-            _, pred = dijkstra(gt, directed=True, indices=idx, return_predecessors=True)
-        return {r: pred[row] for row, r in enumerate(roots)}
+            return compiled_search.next_hops(gt, np.array(idx, dtype=np.int64), want)
+        _, pred = dijkstra(gt, directed=True, indices=idx, return_predecessors=True)
+        return pred
 
     def next_hops_shared(
         self, jobs: list[Job], penalty: Mapping[str, Mapping[tuple[str, str], float]] | None = None

@@ -37,6 +37,16 @@ class Checked:
     index: dict[str, int]
     ends: np.ndarray
     telemetry_ends: np.ndarray | None  # None: not computed (a bad entry made the check slow)
+    # Each job's PS, and every job's workers in order, as positions (None: not computed);
+    # the engine's routing and forest read them instead of looking 90,000 names up again.
+    jobs: JobNodes | None = None
+
+
+@dataclass
+class JobNodes:
+    ps: np.ndarray  # per job
+    workers: np.ndarray  # every job's workers, job after job
+    counts: np.ndarray  # workers per job
 
 
 def describe_validation_error(err: ValidationError) -> str:
@@ -186,7 +196,8 @@ def check_instance(inst: Instance) -> Checked:
     labels = connected_components(adj, directed=False)[1]
     n_prog = sum(1 for n in topo.nodes if n.kind == "switch" and n.programmable)
     # The jobs as arrays first (10,000 jobs have 80,000 workers); the loops name the problem.
-    jobs_ok = _jobs_look_valid(inst, index, is_host, labels)
+    job_nodes = _jobs_look_valid(inst, index, is_host, labels)
+    jobs_ok = job_nodes is not None
     if not jobs_ok:
         seen_ids: set[str] = set()
         for i, job in enumerate(inst.jobs):
@@ -209,18 +220,21 @@ def check_instance(inst: Instance) -> Checked:
         for s in switches:
             if kinds.get(s) != "switch":
                 raise InstanceError(f"current.{jid}", f"unknown switch {s!r}")
-    return Checked(index, ends, t_ends)
+    return Checked(index, ends, t_ends, job_nodes)
 
 
 def _jobs_look_valid(
     inst: Instance, index: dict[str, int], is_host: np.ndarray, labels: np.ndarray
-) -> bool:
-    """What `_check_job` checks, for every job at once, plus unique job ids."""
+) -> JobNodes | None:
+    """What `_check_job` checks, for every job at once, plus unique job ids: the jobs' nodes
+    when they pass, None when the loops must name a problem."""
     import numpy as np
+
+    from .arrays import has_duplicates
 
     jobs = inst.jobs
     if len({j.id for j in jobs}) != len(jobs):
-        return False
+        return None
     workers = list(map(_WORKERS, jobs))
     counts = np.fromiter(map(len, workers), np.int64, len(jobs))
     get = index.__getitem__
@@ -228,16 +242,17 @@ def _jobs_look_valid(
         ps = np.fromiter(map(get, map(_PS, jobs)), np.int64, len(jobs))
         w = np.fromiter(map(get, chain.from_iterable(workers)), np.int64, int(counts.sum()))
     except KeyError:
-        return False
+        return None
     wps = np.repeat(ps, counts)
     pair = np.repeat(np.arange(len(jobs), dtype=np.int64), counts) * len(index) + w
-    return bool(
+    ok = (
         is_host[ps].all()
         and is_host[w].all()
         and not np.any(w == wps)
         and np.array_equal(labels[w], labels[wps])
-        and len(np.unique(pair)) == len(pair)
+        and not has_duplicates(pair)
     )
+    return JobNodes(ps, w, counts) if ok else None
 
 
 def _check_job(
