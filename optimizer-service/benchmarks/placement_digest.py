@@ -8,8 +8,13 @@ instance, strategy and what differs. The fixture committed in tests/fixtures was
 79b2d17, before the engine was changed, but for the three cases with 10,000 jobs, recorded
 again after 8a65280 (session 21): their LPs (65,000-70,000 columns) are priced with Devex since
 8a65280, which ends AGG's descent at another vertex (objective +5.3e-5 at k=32, +2.0e-5 at
-k=48, -3.9e-6 at k=64; docs/benchmarks/scale.md). `tests/optimizer/test_placement_digest.py`
-checks the cases up to `medium`, this script every case:
+k=48, -3.9e-6 at k=64; docs/benchmarks/scale.md). The same three were recorded again in
+session 26: their first LP starts from a spanning tree basis since (`flow_lp.tree_basis`),
+which ends at the same optimal value but at another optimal vertex (k=48), or at the same
+vertex with another basis (k=32, k=64) that the warm re-solves then start from, and the
+descent ends elsewhere (objective -1.7e-5 at k=32, +6.2e-5 at k=48, -1.2e-5 at k=64).
+`tests/optimizer/test_placement_digest.py` checks the cases up to `medium`, this script
+every case:
 
     uv run python optimizer-service/benchmarks/placement_digest.py --check
     uv run python optimizer-service/benchmarks/placement_digest.py --record --size large

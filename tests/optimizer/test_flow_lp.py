@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
+from agg_optimizer import flow_lp
 from agg_optimizer.flow_lp import (
     FlowLP,
     FlowNetwork,
@@ -21,6 +24,7 @@ from agg_optimizer.flow_lp import (
     solve_lp,
     solve_milp,
     solve_networkx,
+    tree_basis,
 )
 
 from .helpers import brute_force, random_problem
@@ -181,3 +185,51 @@ def test_infeasible_status_is_an_error_not_a_placement():
     with pytest.raises(SolveError):
         lp.run()
     assert highspy.HighsModelStatus.kInfeasible == lp.highs.getModelStatus()
+
+
+@settings(max_examples=200, deadline=None)
+@given(seeds)
+def test_tree_basis_is_a_spanning_tree_of_the_zero_flow(seed):
+    """`tree_basis`: n - 1 basic arcs joining every node (and one basic slack), or None
+    exactly where a switch has no segment to the sink (no slot for a pool)."""
+    p = random_problem(seed)
+    net = build_network(p, prune=False)
+    b = tree_basis(net)
+    no_segment = bool(np.any(flow_lp.switch_pools(p)[np.unique(p.arc_switch)] == 0))
+    assert (b is None) == no_segment
+    if b is None:
+        return
+    basic = np.array([s == highspy.HighsBasisStatus.kBasic for s in b.col_status])
+    assert basic.sum() == net.n_nodes - 1
+    assert [s == highspy.HighsBasisStatus.kBasic for s in b.row_status].count(True) == 1
+    t, h = net.tail[basic], net.head[basic]
+    g = coo_matrix((np.ones(len(t)), (t, h)), shape=(net.n_nodes, net.n_nodes))
+    assert connected_components(g, directed=False)[0] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(seeds)
+def test_a_solve_from_the_tree_basis_is_exact(monkeypatch_tree_start, seed):
+    """From the tree basis (every size here, not only from TREE_START_MIN_COLUMNS), the
+    cold solve and a warm re-solve after it are optimal, integral and the brute force's."""
+    p = random_problem(seed)
+    lp = FlowLP(p, prune=False)
+    assert lp.tree_start == (tree_basis(lp.net) is not None)
+    sol = lp.run()
+    assert not lp.tree_start  # only the first solve starts from it
+    assert sol.max_integrality_gap <= 1e-7
+    assert sol.objective == pytest.approx(brute_force(p), abs=1e-9)
+    new = p.arc_cost[::-1].copy() if len(p.arc_cost) > 1 else p.arc_cost - 1
+    warm = lp.run(new)
+    assert warm.objective == pytest.approx(
+        brute_force(FlowProblem(**{**p.__dict__, "arc_cost": new})), abs=1e-9
+    )
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_tree_start():
+    """The tree start on every LP, however small (module scope: hypothesis runs the test's
+    examples within one call of the fixture)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flow_lp, "TREE_START_MIN_COLUMNS", 0)
+        yield

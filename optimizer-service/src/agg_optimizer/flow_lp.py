@@ -42,6 +42,16 @@ INTEGRALITY_TOL = 1e-7
 # whose cold solve Devex does not speed up. Smaller LPs keep the default and their
 # placements stay what they were.
 DEVEX_MIN_COLUMNS = 60_000
+# From this many columns the cold solve starts from a spanning tree of the zero circulation
+# (`tree_basis`) instead of HiGHS's all-slack basis, and prices that solve by dual steepest
+# edge; the warm re-solves keep Devex. On the k=64 fat-tree with 10,000 jobs the cold solve
+# took 0.18-0.25 s and 6,626 iterations instead of 0.6-0.8 s and 15,880 (Devex from the
+# slack basis; dual steepest edge from it took 2.4 s); k=32 and k=48 with 10,000 jobs 0.08
+# and 0.15 s instead of 0.22 and 0.36 s. The optimal value is the same, but not always the
+# vertex or its basis, so AGG's descent on those three ends elsewhere (within 6.2e-5 of the
+# objective; recorded again in tests/fixtures/placement_digest.json), while every smaller
+# LP keeps the slack start and its placement (docs/benchmarks/scale.md, round 7).
+TREE_START_MIN_COLUMNS = DEVEX_MIN_COLUMNS
 
 
 class NotTotallyUnimodular(ValueError):
@@ -243,6 +253,30 @@ def incidence_csc(net: FlowNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return start, index, value
 
 
+def tree_basis(net: FlowNetwork) -> highspy.HighsBasis | None:
+    """A basis of the zero circulation: the arcs source -> job, job -> group, each switch's
+    first (cheapest) segment to the sink and sink -> source are basic, every other arc sits
+    at zero, and the first row's slack is basic (the rows sum to zero, so one is redundant).
+    Those arcs join every node to the source or the sink and the two by the return arc: a
+    spanning tree, so the basis is nonsingular, and all flows are zero, so it is feasible.
+    None where the network is not of that shape (a switch without a segment)."""
+    kinds = np.asarray(net.seg_kind)
+    basic = (kinds == "job") | (kinds == "group") | (kinds == "return")
+    seg = np.nonzero(kinds == "switch")[0]  # each switch's segments side by side, cheapest first
+    if len(seg):
+        first = np.ones(len(seg), dtype=bool)
+        first[1:] = net.tail[seg[1:]] != net.tail[seg[:-1]]
+        basic[seg[first]] = True
+    if int(basic.sum()) != net.n_nodes - 1:
+        return None
+    b = highspy.HighsBasis()
+    lower, basic_status = highspy.HighsBasisStatus.kLower, highspy.HighsBasisStatus.kBasic
+    b.col_status = [basic_status if x else lower for x in basic.tolist()]
+    b.row_status = [basic_status] + [lower] * (net.n_nodes - 1)
+    b.valid = True
+    return b
+
+
 def check_incidence(net: FlowNetwork, start, index, value) -> None:
     """The structural TU certificate, run on every build: each column holds exactly one +1
     and one -1 in distinct rows, bounds are integers, segment costs are nondecreasing."""
@@ -311,6 +345,12 @@ class FlowLP:
         if lp.num_col_ >= DEVEX_MIN_COLUMNS:
             h.setOptionValue("simplex_dual_edge_weight_strategy", 1)  # Devex
         h.passModel(lp)
+        self.tree_start = False
+        if lp.num_col_ >= TREE_START_MIN_COLUMNS and solver == "simplex":
+            basis = tree_basis(net)
+            if basis is not None and h.setBasis(basis) == highspy.HighsStatus.kOk:
+                h.setOptionValue("simplex_dual_edge_weight_strategy", 2)  # dual steepest edge
+                self.tree_start = True
         self.highs = h
         self.columns, self.rows = lp.num_col_, lp.num_row_
         self._pending_build = time.perf_counter() - t0
@@ -329,7 +369,11 @@ class FlowLP:
         t1 = time.perf_counter()
         h.run()
         status = h.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal and arc_cost is not None:
+        started = arc_cost is not None or self.tree_start
+        if self.tree_start:  # the warm re-solves price by Devex again
+            self.tree_start = False
+            h.setOptionValue("simplex_dual_edge_weight_strategy", 1)
+        if status != highspy.HighsModelStatus.kOptimal and started:
             # A warm re-solve from the last basis can end `Unknown` where a cold solve of
             # the same LP is optimal (agg-mm's bisection on a k=4 fat-tree, 3 jobs, cap 1).
             h.clearSolver()
