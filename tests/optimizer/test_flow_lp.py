@@ -211,7 +211,8 @@ def test_tree_basis_is_a_spanning_tree_of_the_zero_flow(seed):
 @given(seeds)
 def test_a_solve_from_the_tree_basis_is_exact(monkeypatch_tree_start, seed):
     """From the tree basis (every size here, not only from TREE_START_MIN_COLUMNS), the
-    cold solve and a warm re-solve after it are optimal, integral and the brute force's."""
+    cold solve and a warm re-solve after it are optimal, integral and the brute force's,
+    and so is the cold solve of the pruned network."""
     p = random_problem(seed)
     lp = FlowLP(p, prune=False)
     assert lp.tree_start == (tree_basis(lp.net) is not None)
@@ -224,6 +225,10 @@ def test_a_solve_from_the_tree_basis_is_exact(monkeypatch_tree_start, seed):
     assert warm.objective == pytest.approx(
         brute_force(FlowProblem(**{**p.__dict__, "arc_cost": new})), abs=1e-9
     )
+    # pruned (`solve_lp`: only the arcs of negative cost, and the nodes they touch)
+    pruned = FlowLP(p)
+    assert pruned.tree_start == (tree_basis(pruned.net) is not None)
+    assert pruned.run().objective == pytest.approx(brute_force(p), abs=1e-9)
 
 
 @pytest.fixture(scope="module")
