@@ -10,7 +10,8 @@ import numpy as np
 
 from .arrays import unique_sorted
 from .documents import Instance, Job
-from .forest import Forest, build_forest, job_nodes
+from .forest import Forest, build_forest
+from .forest import job_nodes as find_job_nodes
 from .network import JobTree, Network, build_tree, build_trees, evaluate
 from .validation import JobNodes
 
@@ -38,7 +39,7 @@ class Context:
     def job_nodes(self) -> JobNodes:
         """Each job's PS and every job's workers as positions in `net.ids`."""
         if self._nodes is None:
-            self._nodes = job_nodes(self.net, self.jobs)
+            self._nodes = find_job_nodes(self.net, self.jobs)
         return self._nodes
 
     def rerouted(self, penalty: dict[str, dict[tuple[str, str], float]]) -> Context:
