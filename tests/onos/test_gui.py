@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ def browser() -> Iterator[Any]:
         "--window-size=1400,900",
     ):
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for `_why` on a failure
     drv = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
     try:
         yield drv
@@ -78,6 +80,38 @@ return Array.from(document.querySelectorAll('#ov-topo svg g.node')).map(function
     return {id: g.id, cls: g.getAttribute('class'), badge: badge ? badge.textContent : null};
 });
 """
+
+
+PAGE_STATE_JS = """
+var panel = document.querySelector('#innet-agg-job-panel');
+var flash = document.querySelector('#flash');
+var buttons = Array.from(document.querySelectorAll('div.radioButton')).map(function (b) {
+    var use = b.querySelector('use');
+    return (use ? (use.getAttribute('xlink:href') || use.getAttribute('href')) : '?') + ' '
+        + b.getAttribute('class');
+});
+return {panel: panel ? panel.outerHTML.slice(0, 600) : null,
+        flash: flash ? flash.textContent : null, overlayButtons: buttons};
+"""
+
+
+def _why(browser: Any, onos: onosd.OnosServer, job: str) -> str:
+    """What the page and ONOS said, for a failure's message (CI runs 18 and 22 saw no panel
+    in 30 and 120 s, and the test passed alone each time)."""
+    parts = []
+    try:
+        parts.append(f"page: {browser.execute_script(PAGE_STATE_JS)}")
+        logs = [e.get("message", "") for e in browser.get_log("browser")]
+        parts.append("browser console: " + " | ".join(logs[-15:]))
+    except Exception as e:  # the browser itself may be what failed
+        parts.append(f"browser unreadable: {e!r}")
+    log = [ln for ln in onos.karaf_log().splitlines() if "| WARN" in ln or "| ERROR" in ln]
+    parts.append("ONOS warnings: " + " | ".join(log[-15:]))
+    try:
+        parts.append(f"the job in the app: {onos.get(f'/onos/innet-agg/aggregation/{job}')}")
+    except Exception as e:
+        parts.append(f"the job unreadable in the app: {e!r}")
+    return "\n".join(parts)
 
 
 def safe(element_id: str) -> str:
@@ -141,9 +175,16 @@ def test_the_overlay_shows_a_placed_job(
 
         onosd.wait_for(clicked, 60, f"a click on {glyph}")
 
-    if prefs.get("ovid") == OVERLAY_ID:  # selecting it again would do nothing
-        click("m_unknown")  # the 'no overlay' button
-    click(OVERLAY_GLYPH)
+    def select_overlay() -> None:
+        # The page, not the stored preferences, says whether it is selected already (then
+        # selecting it again would do nothing).
+        if prefs.get("ovid") == OVERLAY_ID or "selected" in (
+            overlay_button(OVERLAY_GLYPH).get_attribute("class") or ""
+        ):
+            click("m_unknown")  # the 'no overlay' button
+        click(OVERLAY_GLYPH)
+
+    select_overlay()
     # V shows a job (again: it is no toggle). A V pressed before the overlay has finished
     # activating reaches no binding (CI run 18: no panel in 30 s), so it is pressed again
     # every 5 s until the panel is there.
@@ -156,7 +197,21 @@ def test_the_overlay_shows_a_placed_job(
             pressed[0] = time.monotonic()
         return found
 
-    panel = onosd.wait_for(panel_shown, 120, "the job panel after V")
+    try:
+        panel = onosd.wait_for(panel_shown, 60, "the job panel after V")
+    except AssertionError as e:
+        # CI run 22 (full suite) saw no panel in 120 s; alone it passed every time. Select
+        # the overlay once more, as a user would, and say so with what the page showed.
+        why = _why(browser, onos_real, placed_job["job_id"])
+        warnings.warn(f"{e}; the overlay selected again. {why}", stacklevel=1)
+        prefs = {}
+        select_overlay()
+        try:
+            panel = onosd.wait_for(panel_shown, 60, "the job panel after V, overlay reselected")
+        except AssertionError as e2:
+            raise AssertionError(
+                f"{e2}\n{_why(browser, onos_real, placed_job['job_id'])}"
+            ) from None
     onosd.wait_for(lambda: panel[0].text == "resnet-gui", 120, "the job's panel")
 
     badges = {placed_job["ps"]: "PS"}
