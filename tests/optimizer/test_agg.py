@@ -48,7 +48,7 @@ def test_forest_matches_the_per_tree_model(seed):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_large_path_routes_read_the_checked_positions_as_the_names(seed):
     """Above SHARED_ROUTING_MAX_JOBS jobs the routes and the forest read the jobs' hosts as
-    positions (`check_instance`'s `Checked.jobs`, or `forest.job_nodes`): the roots are the
+    positions (`check_instance`'s `Checked.jobs`, or `JobNodes.of`): the roots are the
     PS switches by name, each job routes on its PS switch's row, every worker's path to it
     is on that row, and the forest is the same with or without the checked positions."""
     from agg_optimizer.context import SHARED_ROUTING_MAX_JOBS

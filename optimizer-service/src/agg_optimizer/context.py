@@ -11,7 +11,6 @@ import numpy as np
 from .arrays import unique_sorted
 from .documents import Instance, Job
 from .forest import Forest, build_forest
-from .forest import job_nodes as find_job_nodes
 from .network import JobTree, Network, build_tree, build_trees, evaluate
 from .validation import JobNodes
 
@@ -39,7 +38,7 @@ class Context:
     def job_nodes(self) -> JobNodes:
         """Each job's PS and every job's workers as positions in `net.ids`."""
         if self._nodes is None:
-            self._nodes = find_job_nodes(self.net, self.jobs)
+            self._nodes = JobNodes.of(self.jobs, self.net.index)
         return self._nodes
 
     def rerouted(self, penalty: dict[str, dict[tuple[str, str], float]]) -> Context:

@@ -8,7 +8,6 @@ as `network.JobTree` (tau, dist, inputs, ...) and `evaluate` computes the same s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
@@ -76,19 +75,6 @@ class Forest:
         return a
 
 
-def job_nodes(net: Network, jobs: list[Job]) -> JobNodes:
-    """Each job's PS and every job's workers as positions in `net.ids` (what
-    `check_instance` hands over already, `Checked.jobs`)."""
-    at = net.index.__getitem__
-    workers = [j.workers for j in jobs]
-    counts = np.fromiter(map(len, workers), np.int64, len(jobs))
-    return JobNodes(
-        ps=np.fromiter((at(j.ps) for j in jobs), np.int64, len(jobs)),
-        workers=np.fromiter(map(at, chain.from_iterable(workers)), np.int64, int(counts.sum())),
-        counts=counts,
-    )
-
-
 def build_forest(
     net: Network,
     jobs: list[Job],
@@ -99,12 +85,12 @@ def build_forest(
 ) -> Forest:
     """`pred[r, s]`: next hop of switch s towards roots[r] (scipy's predecessor matrix on
     the transposed graph). Job j routes on row `rows[j]`, by default its PS switch's row.
-    `nodes`: `job_nodes(net, jobs)`, when the caller has it."""
+    `nodes`: `JobNodes.of(jobs, net.index)`, when the caller has it."""
     sw_ids = net.switch_ids
     n_sw = len(sw_ids)
     to_global = np.array([net.index[s] for s in sw_ids], dtype=np.int64)
     nj = len(jobs)
-    nodes = nodes if nodes is not None else job_nodes(net, jobs)
+    nodes = nodes if nodes is not None else JobNodes.of(jobs, net.index)
     bits = np.array([8.0 * j.update_bytes for j in jobs])
     # positions, not names: looking 90,000 workers up by name took 0.1 s at k=64
     job_root = net.host_switches(nodes.ps)

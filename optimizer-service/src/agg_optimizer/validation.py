@@ -48,6 +48,19 @@ class JobNodes:
     workers: np.ndarray  # every job's workers, job after job
     counts: np.ndarray  # workers per job
 
+    @classmethod
+    def of(cls, jobs: list[Job], index: dict[str, int]) -> JobNodes:
+        """Each job's PS and every job's workers as positions in `index`; KeyError for a
+        name it lacks."""
+        import numpy as np
+
+        workers = list(map(_WORKERS, jobs))
+        counts = np.fromiter(map(len, workers), np.int64, len(jobs))
+        get = index.__getitem__
+        ps = np.fromiter(map(get, map(_PS, jobs)), np.int64, len(jobs))
+        w = np.fromiter(map(get, chain.from_iterable(workers)), np.int64, int(counts.sum()))
+        return cls(ps, w, counts)
+
 
 def describe_validation_error(err: ValidationError) -> str:
     """One line per problem, `field.path: message`, from a pydantic error."""
@@ -235,14 +248,11 @@ def _jobs_look_valid(
     jobs = inst.jobs
     if len({j.id for j in jobs}) != len(jobs):
         return None
-    workers = list(map(_WORKERS, jobs))
-    counts = np.fromiter(map(len, workers), np.int64, len(jobs))
-    get = index.__getitem__
     try:
-        ps = np.fromiter(map(get, map(_PS, jobs)), np.int64, len(jobs))
-        w = np.fromiter(map(get, chain.from_iterable(workers)), np.int64, int(counts.sum()))
+        nodes = JobNodes.of(jobs, index)
     except KeyError:
         return None
+    ps, w, counts = nodes.ps, nodes.workers, nodes.counts
     wps = np.repeat(ps, counts)
     pair = np.repeat(np.arange(len(jobs), dtype=np.int64), counts) * len(index) + w
     ok = (
@@ -252,7 +262,7 @@ def _jobs_look_valid(
         and np.array_equal(labels[w], labels[wps])
         and not has_duplicates(pair)
     )
-    return JobNodes(ps, w, counts) if ok else None
+    return nodes if ok else None
 
 
 def _check_job(
