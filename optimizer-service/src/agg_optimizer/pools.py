@@ -4,7 +4,8 @@ overlap on a switch would sum two jobs' gradients into the same registers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .documents import SlotPool
 
@@ -48,3 +49,42 @@ class PoolAllocator:
             f"switch {switch!r}: no {size} contiguous free slots left (free ranges: "
             f"{[g for g in gaps if g[1]]}); pools of unequal sizes can fragment a switch"
         )
+
+
+# A job's claim on a switch's registers: (job, switch, first slot, one past the last).
+Claim = tuple[str, str, int, int]
+
+
+def doc_claims(job_id: str, doc: Mapping[str, Any] | None) -> list[Claim]:
+    """The claims of a placement document (`JobPlacement` as JSON): one per aggregator."""
+    if not doc:
+        return []
+    return [
+        (job_id, a["switch"], a["pool"]["base"], a["pool"]["base"] + a["pool"]["size"])
+        for a in doc.get("aggregators", [])
+    ]
+
+
+def overlaps(claims: Iterable[Claim]) -> list[tuple[Claim, Claim]]:
+    """Every pair of claims of two different jobs that share a register on a switch (each
+    pair once, in switch and slot order). A job's own claims may overlap (its old and new
+    pool while it moves): those are not conflicts."""
+    by_switch: dict[str, list[Claim]] = {}
+    for c in claims:
+        by_switch.setdefault(c[1], []).append(c)
+    out = []
+    for sw in sorted(by_switch):
+        spans = sorted(set(by_switch[sw]), key=lambda c: (c[2], c[3], c[0]))
+        for i, a in enumerate(spans):
+            for b in spans[i + 1 :]:
+                if b[2] >= a[3]:
+                    break
+                if a[0] != b[0]:
+                    out.append((a, b))
+    return out
+
+
+def describe(pair: tuple[Claim, Claim]) -> str:
+    """One overlap in words, naming both jobs."""
+    (ja, sw, la, ha), (jb, _, lb, hb) = pair
+    return f"on {sw!r}: job {ja!r} slots [{la}, {ha}) and job {jb!r} slots [{lb}, {hb}) overlap"

@@ -472,8 +472,10 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     v1 = "/api/v1"
 
     @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:  # on the event loop: never queued behind solves
-        return {"status": "ok"}
+    async def healthz() -> dict[str, Any]:  # on the event loop: never queued behind solves
+        """ok, or degraded naming what must never happen and did: overlapping slot pools,
+        another writer on this ONOS (docs/service.md, "Invariants")."""
+        return svc.invariants.health()
 
     @app.get("/readyz", tags=["health"], responses={503: {"description": "a dependency is down"}})
     def readyz() -> Any:

@@ -19,7 +19,8 @@ from ..engine import STRATEGIES, solve
 from ..pools import PoolAllocator
 from ..validation import InstanceError, check_instance
 from .applier import Applier, Partial
-from .errors import BadField, Conflict, NotFound, TooLarge, Unavailable
+from .errors import BadField, Conflict, NotFound, PoolConflict, TooLarge, Unavailable
+from .invariants import Invariants
 from .lease import Lease
 from .loop import ControlLoop
 from .onos import (
@@ -102,6 +103,7 @@ class Service:
             lambda: self.lease.leading,
         )  # fmt: skip
         self.counters: dict[str, int] = {}
+        self.invariants = Invariants(self.store, self.counters.__setitem__)
         self._view: tuple[float, View] | None = None
         self._view_lock = threading.Lock()
         # The newest topology fetched by anything (reads, applies, the loop, registration),
@@ -262,6 +264,7 @@ class Service:
         try:
             self.store.ping()
             out["database"] = "ok"
+            self.invariants.check_pools()
         except Exception as e:  # down (StoreUnavailable), or closed while stopping
             out["database"] = str(e)
         return out
@@ -798,9 +801,67 @@ class Service:
             return self._plan(view, job_ids)
         with self.apply_lock:
             results, placed = self._computed(view, job_ids)
-            for job, strat, jp in placed:
-                results.append(self._apply(view, job, strat, jp, trigger))
+            done, refused = self.apply_all(view, [(j, s, jp, trigger) for j, s, jp in placed])
+            if refused:
+                raise Conflict("; ".join(f"job {j!r}: {why}" for j, why in sorted(refused.items())))
+            results += [done[j["id"]] for j, _, _ in placed]
         return results
+
+    def apply_all(
+        self,
+        view: View,
+        items: list[tuple[dict[str, Any], str, JobPlacement, str]],
+        errors: dict[str, str] | None = None,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """Apply (job, strategy, placement, trigger) items; returns the results by job and
+        the jobs refused with why. Jobs placed together may each take pools another of them
+        leaves, and the store refuses a pool while any other job holds it: a refused job is
+        tried again after the others moved. Where they wait on each other in a ring, the
+        first one's pools are fitted anew around every pool held now (same switches and
+        sizes); one that does not fit stays as it was. With `errors`, a job ONOS failed
+        goes there and the others go on (else Unavailable propagates)."""
+        done: dict[str, dict[str, Any]] = {}
+        refused: dict[str, str] = {}
+        refitted: set[str] = set()
+        waiting = list(items)
+        while waiting:
+            later: list[tuple[tuple[dict[str, Any], str, JobPlacement, str], str]] = []
+            for item in waiting:
+                job, strat, jp, why = item
+                try:
+                    done[job["id"]] = self._apply(view, job, strat, jp, why)
+                except PoolConflict as e:
+                    later.append((item, str(e)))
+                except Unavailable as e:
+                    if errors is None:
+                        raise
+                    errors[job["id"]] = str(e)
+            if later and len(later) == len(waiting):  # a ring, or a pool nobody leaves
+                (job, strat, jp, why), reason = later[0]
+                again = None if job["id"] in refitted else self._refit(view, job["id"], jp)
+                if again is None:
+                    refused.update({it[0]["id"]: r for it, r in later})
+                    for jid, r in sorted(refused.items()):
+                        log.error("job %s not moved: %s", jid, r)
+                    break
+                refitted.add(job["id"])
+                later[0] = ((job, strat, again, why), reason)
+            waiting = [it for it, _ in later]
+        return done, refused
+
+    def _refit(self, view: View, jid: str, jp: JobPlacement) -> JobPlacement | None:
+        """`jp` with pools fitted first-fit around every pool any other job holds now."""
+        slots = {n.id: n.slots for n in view.topology.nodes if n.kind == "switch"}
+        alloc = PoolAllocator(slots, _pools(self._held(self.store.jobs(), {jid})))
+        try:
+            aggs = [
+                a.model_copy(update={"pool": alloc.take(a.switch, a.pool.size)})
+                for a in jp.aggregators
+            ]
+        except (ValueError, KeyError) as e:
+            log.info("job %s: pools not fitted around the held ones: %s", jid, e)
+            return None
+        return jp.model_copy(update={"aggregators": aggs})
 
     def _computed(
         self, view: View, job_ids: list[str] | None
@@ -961,7 +1022,10 @@ class Service:
 
     def reconcile(self) -> dict[str, Any]:
         """Compare what ONOS holds with each job's desired state and repair it
-        (`Applier.reconcile`): at start, every loop pass and on request."""
+        (`Applier.reconcile`): at start, every loop pass and on request. Pools two jobs'
+        records share are repaired first: the later job is placed again around the
+        other's."""
+        moved = self._repair_overlaps()
         with self.apply_lock:
             try:
                 r = self.applier.reconcile(lambda jid: jid in self.sched.pushed)
@@ -970,9 +1034,9 @@ class Service:
             except OnosError as e:
                 raise Unavailable(f"reconcile: ONOS rejected a request: {e}") from None
         self._count("reconciles")
-        if r.foreign:
-            self.counters["foreign_intents"] = len(r.foreign)
+        self.invariants.foreign(r.foreign)
         return {
+            "overlaps_repaired": moved,
             "removed": r.removed,
             "resubmitted": r.resubmitted,
             "repaired": r.repaired,
@@ -981,6 +1045,25 @@ class Service:
             "failed": [s.__dict__ for s in r.failed],
             "errors": r.errors,
         }
+
+    def _repair_overlaps(self) -> list[str]:
+        """Re-place the later job of every pair whose recorded pools overlap; the jobs
+        moved. A job that cannot be placed again is logged and left for the next pass."""
+        moved: list[str] = []
+        pairs = self.invariants.check_pools()
+        for pair in pairs:
+            jid = self.invariants.later(pair)
+            if jid in moved:
+                continue
+            try:
+                self._place(self.view(), [jid], False, "repair")
+            except (Conflict, NotFound, Unavailable) as e:
+                log.error("overlapping pools of job %s not repaired: %s", jid, e)
+                continue
+            moved.append(jid)
+        if pairs:
+            self.invariants.check_pools()
+        return moved
 
     # --- control loop (loop.py) ----------------------------------------------------------
 

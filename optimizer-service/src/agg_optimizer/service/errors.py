@@ -24,3 +24,8 @@ class BadField(ValueError):
 
 class Unavailable(RuntimeError):
     """A dependency is down; the message says which and what state was left."""
+
+
+class PoolConflict(Conflict):
+    """A job's new slot pool would share registers with another job's on a switch: refused
+    where it would be recorded (docs/service.md, "Invariants")."""

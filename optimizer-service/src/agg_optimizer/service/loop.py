@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..documents import Job, JobPlacement
 from ..network import Network, cct_of
+from ..pools import Claim, doc_claims, overlaps
 from .errors import Unavailable
 from .onos import OnosUnavailable
 from .store import HOLDING
@@ -126,17 +127,15 @@ class ControlLoop:
                             restored.append(jid)
                     moves[jid] = (strat, jp)
                 self.around_stayers(view, moves, stay, kept)
+                items = []
                 for jid, (strat, jp) in sorted(moves.items()):
                     job = self.svc.store.job(jid)
-                    if job is None:
-                        continue
-                    try:
-                        why = "restore" if jid in restored else trigger
-                        self.svc._apply(view, job, strat, jp, why)
-                    except Unavailable as e:  # the others still move
-                        errors[jid] = str(e)
-                        continue
-                    changed.append(jid)
+                    if job is not None:
+                        items.append((job, strat, jp, "restore" if jid in restored else trigger))
+                # ONOS failing one job leaves it in `errors`; the others still move.
+                done, refused = self.svc.apply_all(view, items, errors)
+                errors.update(refused)
+                changed += sorted(done)
         self.svc._count("loop_runs")
         for jid, why in sorted(unplaceable.items()):
             log.warning("loop: job %s cannot be placed: %s", jid, why)
@@ -160,47 +159,67 @@ class ControlLoop:
     ) -> None:
         """The loop solves all placed jobs together, then keeps those whose move does not
         pay: a mover's new pools were given as if the kept jobs' pools were free, and may be
-        the very registers a kept job sums into. Where they overlap, the movers are solved
-        again holding every kept pool (`compute` holds the pools of applied jobs it is not
-        asked to place); a mover whose new placement no longer pays keeps its own."""
-        taken: dict[str, list[tuple[int, int]]] = {}
-        for aggs in stay.values():
-            for a in aggs:
-                lo = a["pool"]["base"]
-                taken.setdefault(a["switch"], []).append((lo, lo + a["pool"]["size"]))
+        the very registers a kept job sums into. Until no mover's new pools overlap a pool
+        some job keeps (or another mover's), the movers are solved again holding every
+        pool but their own (`compute` holds the pools of the jobs it is not asked to
+        place); a mover whose new placement then no longer pays keeps its own, and the
+        others are checked against it again: a drop after a re-solve frees nothing.
 
-        def clashes(jp: Any) -> bool:
-            return any(
-                lo < a.pool.base + a.pool.size and a.pool.base < hi
-                for a in jp.aggregators
-                for lo, hi in taken.get(a.switch, ())
-            )
-
-        movers = sorted(j for j, (_, jp) in moves.items() if j not in stay)
-        if not any(clashes(moves[j][1]) for j in movers):
-            return
-        log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
-        again = self.svc.compute(view, movers, unplaceable={})
-        for jid in movers:
-            if jid not in again:  # no room around the kept pools: it stays as it is
-                del moves[jid]
+        Ends: each round either finds no overlap, or re-solves a smaller set of movers, or
+        (a set solved already and still overlapping, which `compute` does not allow) drops
+        the movers that overlap."""
+        solved: frozenset[str] | None = None
+        while True:
+            movers = sorted(j for j in moves if j not in stay)
+            clash = self.clashing(moves, movers)
+            if not clash:
+                return
+            if solved == frozenset(movers):
+                for jid in clash:
+                    log.error(
+                        "job %s stays where it is: its new pools overlap a pool another "
+                        "job holds, even solved around them", jid,
+                    )  # fmt: skip
+                    del moves[jid]
                 continue
-            strat, placement = again[jid]
-            jp = next(p for p in placement.jobs if p.job_id == jid)
-            cur = self.svc.store.current(jid)
-            job = self.svc.store.job(jid)
-            assert job is not None
-            if (
-                cur
-                and cur["status"] == "applied"
-                and not self.svc._worth_moving(
-                    view, job, cur["placement"], jp.model_dump(mode="json")
-                )
-            ):
-                del moves[jid]
-                kept.append(jid)
-            else:
-                moves[jid] = (strat, jp)
+            log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
+            again = self.svc.compute(view, movers, unplaceable={})
+            solved = frozenset(movers)
+            for jid in movers:
+                if jid not in again:  # no room around the kept pools: it stays as it is
+                    del moves[jid]
+                    continue
+                strat, placement = again[jid]
+                jp = next(p for p in placement.jobs if p.job_id == jid)
+                cur = self.svc.store.current(jid)
+                job = self.svc.store.job(jid)
+                assert job is not None
+                if (
+                    cur
+                    and cur["status"] == "applied"
+                    and not self.svc._worth_moving(
+                        view, job, cur["placement"], jp.model_dump(mode="json")
+                    )
+                ):
+                    del moves[jid]
+                    kept.append(jid)
+                else:
+                    moves[jid] = (strat, jp)
+
+    def clashing(self, moves: dict[str, tuple[str, Any]], movers: list[str]) -> list[str]:
+        """The movers whose new pools overlap a pool of a job that does not move now (its
+        current one, and while its apply is pending the one it moves to) or another
+        mover's new pool."""
+        if not movers:
+            return []
+        held = self.svc._held(self.svc.store.jobs(), set(movers))
+        claims: list[Claim] = [
+            (owner, sw, p.base, p.base + p.size) for sw, ps in held.items() for owner, p in ps
+        ]
+        for jid in movers:
+            claims += doc_claims(jid, moves[jid][1].model_dump(mode="json"))
+        mine = set(movers)
+        return sorted({c[0] for pair in overlaps(claims) for c in pair if c[0] in mine})
 
     def worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
         """Whether the new placement's predicted CCT is `min_improvement` (and at least

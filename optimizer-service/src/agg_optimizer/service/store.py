@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import uuid
@@ -32,9 +33,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .errors import Unavailable
+from ..pools import Claim, describe, doc_claims, overlaps
+from .errors import PoolConflict, Unavailable
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -55,6 +58,32 @@ CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires REAL NOT NULL, session INTEGER);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS version (id INTEGER PRIMARY KEY, value BIGINT NOT NULL);
+"""
+
+# The slot ledger (docs/service.md, "Invariants"): each job's claims on switch registers, its
+# current placement's pools while it holds them and its desired placement's, rewritten in the
+# transaction that records either. The database itself refuses two jobs' overlapping claims:
+# a trigger in SQLite, an exclusion constraint over int4range in PostgreSQL (btree_gist gives
+# `=` and `<>` to GiST; it is a trusted extension from PostgreSQL 13).
+POOLS_SQLITE = """
+CREATE TABLE IF NOT EXISTS pools (
+    job_id TEXT NOT NULL, switch TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    CHECK (0 <= lo AND lo < hi));
+CREATE INDEX IF NOT EXISTS pools_switch ON pools (switch, lo);
+CREATE INDEX IF NOT EXISTS pools_job ON pools (job_id);
+CREATE TRIGGER IF NOT EXISTS pools_disjoint BEFORE INSERT ON pools
+WHEN EXISTS (SELECT 1 FROM pools WHERE switch = NEW.switch AND job_id <> NEW.job_id
+             AND lo < NEW.hi AND NEW.lo < hi)
+BEGIN SELECT RAISE(ABORT, 'pools_disjoint: two jobs claim the same slots'); END;
+"""
+POOLS_PG = """
+CREATE EXTENSION IF NOT EXISTS btree_gist;
+CREATE TABLE IF NOT EXISTS pools (
+    job_id TEXT NOT NULL, switch TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    CHECK (0 <= lo AND lo < hi),
+    CONSTRAINT pools_disjoint EXCLUDE USING gist
+        (switch WITH =, int4range(lo, hi) WITH &&, job_id WITH <>));
+CREATE INDEX IF NOT EXISTS pools_job ON pools (job_id);
 """
 
 # PostgreSQL's spelling of the same tables: double precision times, a sequence for seq.
@@ -110,7 +139,7 @@ class _Sqlite:
         self.db.execute("PRAGMA busy_timeout=10000")  # replicas on one file wait, not fail
         self.lock = threading.RLock()
         with self.lock:
-            self.db.executescript(SCHEMA)
+            self.db.executescript(SCHEMA + POOLS_SQLITE)
             # a store written before retirement, or lease sessions, were recorded
             for table, col, decl in (
                 ("intents", "retired", "INTEGER NOT NULL DEFAULT 0"),
@@ -130,7 +159,13 @@ class _Sqlite:
     def _errors(self) -> Iterator[None]:
         try:
             yield
+        except sqlite3.IntegrityError as e:
+            if "pools_disjoint" in str(e):
+                raise PoolConflict(f"the store refused overlapping slot pools ({e})") from None
+            raise
         except sqlite3.OperationalError as e:  # locked past busy_timeout, disk, I/O
+            if "pools_disjoint" in str(e):
+                raise PoolConflict(f"the store refused overlapping slot pools ({e})") from None
             raise StoreUnavailable(f"SQLite at {self.path}: {e}") from None
 
     @contextlib.contextmanager
@@ -199,7 +234,7 @@ class _Postgres:
         with self.tx() as q:
             # replicas starting together: one creates the tables, the others wait
             q("SELECT pg_advisory_xact_lock(?)", (_key("innet-agg schema"),))
-            for stmt in PG_SCHEMA.split(";"):
+            for stmt in (PG_SCHEMA + POOLS_PG).split(";"):
                 if stmt.strip():
                     q(stmt)
 
@@ -220,6 +255,8 @@ class _Postgres:
     def _errors(self) -> Iterator[None]:
         try:
             yield
+        except self.psycopg.errors.ExclusionViolation as e:
+            raise PoolConflict(f"the store refused overlapping slot pools ({_first(e)})") from None
         except self.psycopg.OperationalError as e:
             with contextlib.suppress(Exception):
                 self.conn.close()
@@ -340,6 +377,8 @@ class Store:
             (uuid.uuid4().hex[:16],),
         )
         self.store_id: str = self._db.run("SELECT value FROM meta WHERE key = 'store_id'")[0][0]
+        if not self._db.run("SELECT 1 FROM meta WHERE key = 'pools_ledger'"):
+            self._build_ledger()
         # Every job's spec, current placement and desired row, decoded once per version:
         # a dry run at 10,000 jobs spent most of its CPU decoding the same JSON again.
         self._memo: dict[str, tuple[int, Any]] = {}
@@ -371,6 +410,77 @@ class Store:
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._db.run(sql, params)
+
+    # the slot ledger
+    def _claim(self, q: Query, job_id: str, strict: bool = True) -> None:
+        """Rewrite the job's claims from its current placement (while its status holds the
+        fabric) and its desired one, in the caller's transaction. A pool of the desired
+        placement that overlaps another job's claim raises PoolConflict (`strict`), and the
+        transaction records nothing. A current pool that does (recorded before the ledger
+        existed) is left unclaimed and logged: reconcile re-places the later job."""
+        q("DELETE FROM pools WHERE job_id = ?", (job_id,))
+        want: list[tuple[Claim, bool]] = []
+        rows = q(
+            "SELECT status, doc FROM placements WHERE job_id = ? ORDER BY seq DESC LIMIT 1",
+            (job_id,),
+        )
+        if rows and rows[0][0] in HOLDING:
+            want += [(c, False) for c in doc_claims(job_id, json.loads(rows[0][1]))]
+        rows = q("SELECT doc FROM desired WHERE job_id = ?", (job_id,))
+        if rows:
+            want += [(c, strict) for c in doc_claims(job_id, json.loads(rows[0][0]))]
+        done: set[Claim] = set()
+        for c, must in want:
+            if c in done:
+                continue
+            _, sw, lo, hi = c
+            other = q(
+                "SELECT job_id, lo, hi FROM pools WHERE switch = ? AND job_id <> ? "
+                "AND lo < ? AND ? < hi ORDER BY lo LIMIT 1",
+                (sw, job_id, hi, lo),
+            )
+            if other:
+                clash = describe(((other[0][0], sw, other[0][1], other[0][2]), c))
+                if must:
+                    raise PoolConflict(f"slot pool refused: {clash}")
+                log.error("store: claim not recorded (reconcile re-places one job): %s", clash)
+                continue
+            q("INSERT INTO pools VALUES (?, ?, ?, ?)", (job_id, sw, lo, hi))
+            done.add(c)
+
+    def _build_ledger(self) -> None:
+        """A store written before the ledger: every job's claims, in the order of their
+        latest placement (the earlier job keeps a contested pool)."""
+
+        def fn(q: Query) -> None:
+            q("DELETE FROM pools")
+            order = q(
+                "SELECT j.id FROM jobs j LEFT JOIN (SELECT job_id, MAX(seq) AS seq "
+                "FROM placements GROUP BY job_id) m ON m.job_id = j.id ORDER BY m.seq, j.id"
+            )
+            for (jid,) in order:
+                self._claim(q, jid, strict=False)
+            q(
+                "INSERT INTO meta VALUES ('pools_ledger', '1') ON CONFLICT (key) DO NOTHING",
+            )
+
+        self._write(fn)
+
+    def claims(self) -> list[Claim]:
+        """Every job's claims as recorded: current placement while it holds the fabric,
+        desired placement, from the placements themselves (not the ledger)."""
+        out: list[Claim] = []
+        for jid, cur in self.currents().items():
+            if cur["status"] in HOLDING:
+                out += doc_claims(jid, cur["placement"])
+        for jid, d in self.desired().items():
+            out += doc_claims(jid, d["placement"])
+        return out
+
+    def overlaps(self) -> list[tuple[Claim, Claim]]:
+        """Pairs of two jobs' recorded pools that share registers: none, while the
+        invariant holds (`/healthz` says degraded otherwise)."""
+        return self._per_version("overlaps", lambda: overlaps(self.claims()))
 
     def ping(self) -> None:
         """Raises StoreUnavailable when the database does not answer."""
@@ -418,6 +528,7 @@ class Store:
                 ("placements", "job_id"),
                 ("progress", "job_id"),
                 ("desired", "job_id"),
+                ("pools", "job_id"),
             ):
                 q(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 
@@ -455,9 +566,12 @@ class Store:
     def add_placement(
         self, job_id: str, strategy: str, status: str, reason: str | None, doc: dict[str, Any]
     ) -> int:
-        return self._write(
-            lambda q: self._insert_placement(q, job_id, strategy, status, reason, doc)
-        )
+        def fn(q: Query) -> int:
+            seq = self._insert_placement(q, job_id, strategy, status, reason, doc)
+            self._claim(q, job_id, strict=False)  # its desired pools were claimed already
+            return seq
+
+        return self._write(fn)
 
     def placements(self, job_id: str, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._run(
@@ -509,6 +623,7 @@ class Store:
                 "updated = excluded.updated RETURNING generation",
                 (job_id, strategy, json.dumps(doc), json.dumps(bodies), PENDING),
             )
+            self._claim(q, job_id)
             return int(rows[0][0])
 
         return self._write(fn)
@@ -576,6 +691,7 @@ class Store:
                 "WHERE job_id = ? AND generation = ?",
                 (CONVERGED, job_id, generation),
             )
+            self._claim(q, job_id, strict=False)
             return seq
 
         return self._write(fn)

@@ -34,6 +34,8 @@ from urllib.parse import unquote
 
 import networkx as nx
 
+from ..pools import doc_claims
+
 # IntentsWebResource's own message; decoding a posted intent (IntentCodec) says "Application
 # ID is not found" instead.
 APP_ID_NOT_FOUND = "Application Id not found"
@@ -249,6 +251,9 @@ class OnosRest:
             return _bad(400, f"job: '{job}' does not match {JOB_ID.pattern}")
         if not isinstance(body, dict):
             return _bad(400, "body: a placement document (JSON object) expected")
+        clash = self._overlap(job, body)
+        if clash is not None:
+            return _bad(409, clash)
         number = self._job_number(job)
         if number is None:
             return _bad(503, f"job: all {JOB_NUMBERS} job numbers are in use")
@@ -257,6 +262,23 @@ class OnosRest:
         self.aggregation[job] = doc
         self._changes.append(("aggregation", job, doc))
         return (201 if new else 200), doc
+
+    def _overlap(self, job: str, body: dict[str, Any]) -> str | None:
+        """AggregationManager's refusal of a pool that shares slots with another job's on
+        a switch (409, naming both jobs)."""
+        assert self.aggregation is not None
+        mine = [c for jp in body.get("jobs", []) for c in doc_claims(job, jp)]
+        for other, doc in sorted(self.aggregation.items()):
+            if other == job:
+                continue
+            for o in (c for jp in doc.get("jobs", []) for c in doc_claims(other, jp)):
+                for i, c in enumerate(mine):
+                    if c[1] == o[1] and c[2] < o[3] and o[2] < c[3]:
+                        return (
+                            f"jobs[0].aggregators[{i}].pool: slots [{c[2]}, {c[3]}) of job "
+                            f"'{job}' overlap job '{other}' slots [{o[2]}, {o[3]}) on '{c[1]}'"
+                        )
+        return None
 
     def _job_number(self, job: str) -> int | None:
         """JobNumberRegistry: the job's number, the lowest free one if it has none, None

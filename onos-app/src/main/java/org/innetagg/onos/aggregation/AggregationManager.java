@@ -74,6 +74,7 @@ public class AggregationManager implements AggregationService {
 
     static final String MAP = "innet-agg-placements";
     static final String LOCK = "innet-agg-placement-changes";
+    static final String CLAIMS = "innet-agg-pool-claims";
     /** Placements by job, on top of ONOS's API namespace. */
     public static final Serializer SERIALIZER = Serializer.using(KryoNamespaces.API, StoredPlacement.class);
 
@@ -104,6 +105,7 @@ public class AggregationManager implements AggregationService {
             "agg_job", INGRESS_PIPE_AGGREGATION_AGG_JOB, () -> appId, () -> flowRuleService, () -> deviceService, log);
     private ConsistentMap<String, StoredPlacement> jobs;
     private DistributedLock changes;
+    private PoolClaims claims;
     private final MastershipListener mastershipListener = event -> {
         if (event.type() == MastershipEvent.Type.MASTER_CHANGED
                 && mastershipService.isLocalMaster(event.subject())) {
@@ -121,6 +123,11 @@ public class AggregationManager implements AggregationService {
                 .withSerializer(SERIALIZER)
                 .build();
         changes = storageService.lockBuilder().withName(LOCK).build().asLock();
+        claims = new PoolClaims(storageService.<String, String>consistentMapBuilder()
+                .withName(CLAIMS)
+                .withSerializer(SERIALIZER)
+                .build());
+        claimStored();
         if (reconciler == null) {
             ownReconciler = Executors.newSingleThreadScheduledExecutor(
                     groupedThreads("innet-agg", "reconcile-%d", log));
@@ -158,6 +165,7 @@ public class AggregationManager implements AggregationService {
         // intents belong to other apps.
         flowRuleService.removeFlowRulesById(appId);
         jobs.clear();
+        claims.clear();
         jobNumbers.releaseAll(AGGREGATION);
     }
 
@@ -188,10 +196,27 @@ public class AggregationManager implements AggregationService {
                 throw new InvalidPlacementException(503, agg.field("switch"),
                         "device '" + agg.switchId + "' is not available");
             }
-            checkPoolFree(placement.jobId, agg);
+            checkPoolFree(placement, agg);
             ports.add(nextHopPort(agg, placement.workerPaths).orElseThrow(() -> new InvalidPlacementException(
                     agg.field("next_hop"), "no link from '" + agg.switchId + "' towards '" + agg.nextHop + "'")));
         }
+        // The slots, by compare-and-set on each switch's claims: the check above reads the
+        // placements under the lock; this one holds even where two nodes both hold it.
+        Versioned<StoredPlacement> was = jobs.get(placement.jobId);
+        Map<String, List<PoolClaims.Claim>> before =
+                was == null ? Map.of() : PoolClaims.of(was.value().placement());
+        claims.set(placement, before, true);
+        try {
+            return record(placement, ports);
+        } catch (InvalidPlacementException | RuntimeException e) {
+            Set<String> touched = new HashSet<>(before.keySet());
+            touched.addAll(PoolClaims.of(placement).keySet());
+            claims.restore(placement.jobId, before, touched);
+            throw e;
+        }
+    }
+
+    private AppliedPlacement record(JobPlacement placement, List<PortNumber> ports) throws InvalidPlacementException {
         // The job's number if it has one (from a previous placement or its traffic class).
         int number = jobNumbers.acquire(placement.jobId, AGGREGATION);
         for (;;) {
@@ -254,6 +279,7 @@ public class AggregationManager implements AggregationService {
         if (!rules.isEmpty()) {
             flowRuleService.removeFlowRules(rules.toArray(new FlowRule[0]));
         }
+        claims.release(jobId, PoolClaims.of(stored.value().placement()).keySet());
         jobNumbers.release(jobId, AGGREGATION);
         // Released first, looked for after: a placement another node wrote meanwhile keeps a
         // number (its own check after writing, or this one, takes it again).
@@ -307,18 +333,38 @@ public class AggregationManager implements AggregationService {
         }
     }
 
-    private void checkPoolFree(String jobId, AggregatorConfig agg) throws InvalidPlacementException {
+    private void checkPoolFree(JobPlacement placement, AggregatorConfig agg) throws InvalidPlacementException {
         for (Versioned<StoredPlacement> stored : jobs.values()) {
             JobPlacement other = stored.value().placement();
-            if (other.jobId.equals(jobId)) {
+            if (other.jobId.equals(placement.jobId)) {
                 continue;
             }
             for (AggregatorConfig o : other.aggregators) {
                 if (o.switchId.equals(agg.switchId) && o.overlaps(agg)) {
-                    throw new InvalidPlacementException(agg.field("pool"), "slots [" + agg.poolBase + ", "
-                            + (agg.poolBase + agg.poolSize) + ") overlap job '" + other.jobId
-                            + "' on '" + agg.switchId + "'");
+                    throw PoolClaims.refusal(placement, agg.switchId,
+                            new PoolClaims.Claim(placement.jobId, agg.poolBase, agg.poolBase + agg.poolSize),
+                            new PoolClaims.Claim(other.jobId, o.poolBase, o.poolBase + o.poolSize));
                 }
+            }
+        }
+    }
+
+    /**
+     * Placements stored before the ledger existed (an upgrade) are claimed, in job order; one
+     * that overlaps a claim already made is logged (the optimizer's reconcile re-places it).
+     */
+    private void claimStored() {
+        List<Versioned<StoredPlacement>> all = new ArrayList<>(jobs.values());
+        all.sort(Comparator.comparing(v -> v.value().jobId));
+        for (Versioned<StoredPlacement> v : all) {
+            JobPlacement p = v.value().placement();
+            if (PoolClaims.of(p).entrySet().stream().allMatch(e -> !claims.held(e.getKey(), p.jobId).isEmpty())) {
+                continue;
+            }
+            try {
+                claims.set(p, Map.of(), true);
+            } catch (InvalidPlacementException e) {
+                log.error("stored placement of '{}' not claimed: {}", p.jobId, e.getMessage());
             }
         }
     }

@@ -32,7 +32,8 @@ public class AggregationWebResource extends AbstractWebResource {
      *
      * @param job  job id, as in the document's jobs[0].job_id
      * @param body placement document with one job
-     * @return 201 created, 200 replaced, 400 invalid document, 503 device not available
+     * @return 201 created, 200 replaced, 400 invalid document, 409 a pool overlaps another job's,
+     *         503 device not available
      */
     @POST
     @Path("{job}")

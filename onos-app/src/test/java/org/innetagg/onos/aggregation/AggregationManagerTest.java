@@ -100,8 +100,10 @@ public class AggregationManagerTest {
             manager.apply(fixture("bert-b", "overlapping-job.json"));
             throw new AssertionError("overlapping pools accepted");
         } catch (InvalidPlacementException e) {
-            assertEquals(400, e.status());
+            assertEquals(409, e.status());
             assertTrue(e.getMessage(), e.getMessage().startsWith("jobs[0].aggregators[0].pool: "));
+            assertTrue(e.getMessage(), e.getMessage().contains("job 'bert-b'")
+                    && e.getMessage().contains("job 'resnet-a'"));
         }
         manager.remove("resnet-a");
         assertEquals(0, manager.apply(fixture("bert-b", "overlapping-job.json")).p4JobId);

@@ -170,6 +170,58 @@ public class ClusterStateTest {
     }
 
     @Test
+    public void theSlotLedgerAloneRefusesOverlapsAcrossNodes() throws Exception {
+        // Without the placement lock: two nodes' ledgers over one map, the two jobs' claims
+        // on leaf1 written at once, many times. Compare-and-set lets exactly one through, and
+        // the refusal names both jobs with 409.
+        PoolClaims a = new PoolClaims(storage.<String, String>consistentMapBuilder()
+                .withName(AggregationManager.CLAIMS).withSerializer(AggregationManager.SERIALIZER).build());
+        PoolClaims b = new PoolClaims(storage.<String, String>consistentMapBuilder()
+                .withName(AggregationManager.CLAIMS).withSerializer(AggregationManager.SERIALIZER).build());
+        ExecutorService pool = Executors.newFixedThreadPool(2);
+        try {
+            for (int round = 0; round < 500; round++) {
+                CyclicBarrier start = new CyclicBarrier(2);
+                JobPlacement first = placement("first-" + round, 0);
+                JobPlacement second = placement("second-" + round, 8);
+                Callable<String> one = () -> {
+                    start.await();
+                    try {
+                        a.set(first, Map.of(), true);
+                        return null;
+                    } catch (InvalidPlacementException e) {
+                        assertEquals(409, e.status());
+                        return e.getMessage();
+                    }
+                };
+                Callable<String> two = () -> {
+                    start.await();
+                    try {
+                        b.set(second, Map.of(), true);
+                        return null;
+                    } catch (InvalidPlacementException e) {
+                        assertEquals(409, e.status());
+                        return e.getMessage();
+                    }
+                };
+                Future<String> x = pool.submit(one);
+                Future<String> y = pool.submit(two);
+                String refusedX = x.get(60, TimeUnit.SECONDS);
+                String refusedY = y.get(60, TimeUnit.SECONDS);
+                assertTrue("round " + round + ": both or neither placed", (refusedX == null) ^ (refusedY == null));
+                String why = refusedX == null ? refusedY : refusedX;
+                assertTrue(why, why.contains("'first-" + round + "'") && why.contains("'second-" + round + "'"));
+                JobPlacement won = refusedX == null ? first : second;
+                assertFalse(a.held(LEAF1.toString(), won.jobId).isEmpty());
+                a.release(won.jobId, PoolClaims.of(won).keySet());
+                assertTrue(b.held(LEAF1.toString(), won.jobId).isEmpty());
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    @Test
     public void jobNumbersNeverCollideWhenNodesAllocateAtOnce() throws Exception {
         List<JobNumberRegistry> nodes = List.of(TestTopology.numbers(storage), TestTopology.numbers(storage),
                 TestTopology.numbers(storage), TestTopology.numbers(storage));
