@@ -219,3 +219,51 @@ def test_postgres_down_is_unavailable_then_recovers(tmp_path: Path) -> None:
         server.start()
         assert [j["id"] for j in s.jobs()] == ["j"]
         s.close()
+
+
+def _pool_doc(jid: str, lo: int, hi: int) -> dict:
+    return {
+        "job_id": jid,
+        "aggregators": [{"switch": "leaf1", "pool": {"base": lo, "size": hi - lo}}],
+    }
+
+
+def test_two_replicas_never_both_record_overlapping_pools(target: str) -> None:
+    """Two replicas record two jobs' pools on the same slots at once, many times, each past
+    its own check (the other's row is not visible to it yet in PostgreSQL): the database's
+    constraint lets exactly one through, and the other is told which jobs clash."""
+    from agg_optimizer.service.errors import PoolConflict
+
+    a, b = Store(target), Store(target)
+    for round_ in range(30):
+        ja, jb = f"a{round_}", f"b{round_}"
+        a.add_job(ja, {"id": ja}, "agg")
+        a.add_job(jb, {"id": jb}, "agg")
+        start = threading.Barrier(2)
+        got: dict[str, str] = {}
+
+        def put(store: Store, jid: str, lo: int) -> None:
+            start.wait()
+            try:
+                store.set_desired(jid, "agg", _pool_doc(jid, lo, lo + 128), {})
+                got[jid] = "ok"
+            except PoolConflict as e:
+                got[jid] = str(e)
+
+        ts = [
+            threading.Thread(target=put, args=(a, ja, 0)),
+            threading.Thread(target=put, args=(b, jb, 64)),
+        ]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert sorted(got.values()).count("ok") == 1, got
+        assert a.overlaps() == [] and b.overlaps() == []
+        for jid in (ja, jb):
+            a.delete_job(jid)
+    # A row written past the store's own check is refused by the database itself.
+    a.add_job("x", {"id": "x"}, "agg")
+    a.set_desired("x", "agg", _pool_doc("x", 0, 128), {})
+    with pytest.raises(PoolConflict):
+        a._db.run("INSERT INTO pools VALUES ('y', 'leaf1', 100, 200)")

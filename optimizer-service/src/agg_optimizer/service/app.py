@@ -31,6 +31,7 @@ from pydantic import (
     PositiveInt,
     StrictBool,
 )
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine import STRATEGIES
 from ..peers import POLICIES as PEER_POLICIES
@@ -317,6 +318,33 @@ class RateLimit:
             return (1.0 - self.tokens) / self.rate
 
 
+def _encodable(value: Any) -> Any:
+    """`value` with every string made encodable as UTF-8: a lone surrogate (JSON's
+    `"\\ud800"` decodes to one) becomes its escape, `\\ud800`, so an answer that echoes
+    the input can always be sent."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSONResponse that never fails on a string it cannot encode (see `_encodable`)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return super().render(_encodable(content))
+
+
 def _json_safe_error(err: dict[str, Any]) -> dict[str, Any]:
     out = {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type")}
     try:
@@ -374,6 +402,7 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
         svc.lease.stop()
 
     app = FastAPIOffline(
+        default_response_class=SafeJSONResponse,
         title="innet-agg optimizer",
         version="1",
         description="Places in-network aggregation for training jobs and applies it in ONOS.",
@@ -386,7 +415,14 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         """FastAPI's own 422, without the offending input where JSON cannot carry it (NaN,
         Infinity: rendering them raised and answered 500)."""
-        return JSONResponse({"detail": [_json_safe_error(e) for e in exc.errors()]}, 422)
+        return SafeJSONResponse({"detail": [_json_safe_error(e) for e in exc.errors()]}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI's own answer to an HTTPException, able to carry any string it names."""
+        if exc.status_code in (204, 304):
+            return Response(status_code=exc.status_code, headers=exc.headers)
+        return SafeJSONResponse({"detail": exc.detail}, exc.status_code, exc.headers)
 
     @app.exception_handler(Unavailable)
     async def unavailable(request: Request, exc: Unavailable) -> JSONResponse:
