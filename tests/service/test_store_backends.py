@@ -242,7 +242,9 @@ def test_two_replicas_never_both_record_overlapping_pools(target: str) -> None:
         start = threading.Barrier(2)
         got: dict[str, str] = {}
 
-        def put(store: Store, jid: str, lo: int) -> None:
+        def put(
+            store: Store, jid: str, lo: int, start: threading.Barrier = start, got: dict = got
+        ) -> None:
             start.wait()
             try:
                 store.set_desired(jid, "agg", _pool_doc(jid, lo, lo + 128), {})

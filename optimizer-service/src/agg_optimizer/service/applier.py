@@ -33,6 +33,7 @@ from .onos import (
     OnosUnavailable,
     PriorityApi,
     intent_digest,
+    intent_shape,
     job_of_key,
 )
 from .settings import Settings
@@ -140,13 +141,16 @@ class Applier:
         submitted: list[str] = []
         try:
             self.onos.register_app()
-            in_onos = self.onos.our_intents()
+            held = self.onos.our_intent_docs()
             owned = self.store.intents(jid)
+            # What ONOS holds decides, not what we sent: an intent changed in ONOS under our
+            # key (another writer, an operator) is submitted again.
             submit = [
                 k
                 for k in sorted(bodies)
                 if owned.get(k, ("", ""))[1] != intent_digest(bodies[k])
-                or in_onos.get(k) not in LIVE
+                or held.get(k, {}).get("state") not in LIVE
+                or intent_shape(held[k]) != intent_shape(bodies[k])
             ]
             unchanged = sorted(set(bodies) - set(submit))
             for key in submit:
@@ -232,12 +236,12 @@ class Applier:
             if d["state"] == DELETING:
                 self.remove(jid, pushed(jid))
                 out.deleted.append(jid)
-        in_onos = self.onos.our_intents()
+        held = self.onos.our_intent_docs()
         desired = self.store.desired()
         for jid, d in sorted(desired.items()):
             if jid not in jobs or d["state"] == DELETING:
                 continue
-            why = self._drift(jid, d, in_onos)
+            why = self._drift(jid, d, held)
             if why is None:
                 continue
             log.warning("reconcile: job %s differs from its desired state (%s)", jid, why)
@@ -279,8 +283,10 @@ class Applier:
         every = self.store.owned()
         return sorted(k for k in self.onos.our_intents() if k not in every)
 
-    def _drift(self, jid: str, d: dict[str, Any], in_onos: dict[str, str]) -> str | None:
-        """Why the fabric differs from the job's desired state, or None."""
+    def _drift(self, jid: str, d: dict[str, Any], held: dict[str, dict[str, Any]]) -> str | None:
+        """Why the fabric differs from the job's desired state, or None. Intents are
+        compared with what ONOS holds under their keys (selector, priority, points,
+        waypoints), not with a digest of what was sent."""
         if d["state"] == PENDING:
             return "an apply did not finish"
         cur = self.store.current(jid)
@@ -288,10 +294,13 @@ class Applier:
             return None  # failed placements are the control loop's to re-place
         owned = self.store.intents(jid)
         for key, body in d["bodies"].items():
-            if in_onos.get(key) not in (*LIVE, *STUCK):
-                return f"intent {key} is {in_onos.get(key) or 'missing'} in ONOS"
+            state = held.get(key, {}).get("state")
+            if state not in (*LIVE, *STUCK):
+                return f"intent {key} is {state or 'missing'} in ONOS"
             if owned.get(key, ("", ""))[1] != intent_digest(body):
                 return f"intent {key} was not confirmed with its desired body"
+            if intent_shape(held[key]) != intent_shape(body):
+                return f"intent {key} in ONOS differs from the desired one (changed in ONOS)"
         held = self._aggregation_doc(jid)
         if cur["status"] == "intents-only":
             # Placed while the app was missing (ONOS restarting, the app not yet installed):

@@ -76,6 +76,30 @@ def job_of_key(key: str) -> str | None:
     return m.group(1) if m else None
 
 
+def intent_shape(doc: Mapping[str, Any]) -> tuple:
+    """What decides where an intent's traffic goes, from our body or from ONOS's encoding
+    of the intent it holds: selector, priority, ingress and egress points, waypoints. Two
+    equal shapes route alike; ONOS's spelling (MAC case, criteria order, port as a string)
+    does not count."""
+
+    def point(p: Any) -> tuple[str, str]:
+        p = p or {}
+        return str(p.get("device", "")), str(p.get("port", ""))
+
+    criteria = sorted(
+        (str(c.get("type")), json.dumps({k: str(v).lower() for k, v in c.items() if k != "type"}))
+        for c in (doc.get("selector") or {}).get("criteria", [])
+    )
+    constraints = sorted(json.dumps(c, sort_keys=True) for c in doc.get("constraints") or [])
+    return (
+        tuple(criteria),
+        int(doc.get("priority", -1)),
+        point(doc.get("ingressPoint")),
+        point(doc.get("egressPoint")),
+        tuple(constraints),
+    )
+
+
 def intent_digest(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -317,13 +341,23 @@ class OnosClient:
 
     def our_intents(self) -> dict[str, str]:
         """Keys of this application's intents in ONOS, with their state."""
-        r = self._request("GET", f"{self.base}/intents/application/{quote(self.app_id)}")
+        return {k: i.get("state", "") for k, i in self._our_intents(False).items()}
+
+    def our_intent_docs(self) -> dict[str, dict[str, Any]]:
+        """This application's intents in ONOS as ONOS holds them, by key: state, selector,
+        priority, points, constraints (`?detail=true`: ONOS 2.7's IntentsWebResource
+        encodes each with its own codec)."""
+        return self._our_intents(True)
+
+    def _our_intents(self, detail: bool) -> dict[str, dict[str, Any]]:
+        url = f"{self.base}/intents/application/{quote(self.app_id)}"
+        r = self._request("GET", url + ("?detail=true" if detail else ""))
         if r.status_code == 404:  # the application id is not registered (ONOS restarted?)
             self._registered = False
             return {}
         if r.status_code != 200:
             raise OnosError(r.status_code, _message(r))
-        return {i["key"]: i.get("state", "") for i in r.json().get("intents", [])}
+        return {i["key"]: i for i in r.json().get("intents", [])}
 
 
 class _JobResource:

@@ -221,7 +221,8 @@ class OnosRest:
             self.apps.add(p[1])
             return 200, {"name": p[1], "id": len(self.apps)}
         if p[:1] == ["intents"]:
-            return self._intents(method, p[1:], body)
+            detail = "detail=true" in path.partition("?")[2].lower().split("&")
+            return self._intents(method, p[1:], body, detail)
         return 404, {"code": 404, "message": "HTTP 404 Not Found"}
 
     def _ours(self, device: dict[str, Any]) -> bool:
@@ -361,7 +362,9 @@ class OnosRest:
         self._changes.append(("priority", job, doc))
         return (201 if new else 200), doc
 
-    def _intents(self, method: str, p: list[str], body: Any) -> tuple[int, Any]:
+    def _intents(
+        self, method: str, p: list[str], body: Any, detail: bool = False
+    ) -> tuple[int, Any]:
         if method == "POST" and not p:
             if body.get("type") != "PointToPointIntent":
                 return 400, {"code": 400, "message": f"Intent type {body.get('type')} ..."}
@@ -376,8 +379,11 @@ class OnosRest:
         if method == "GET" and len(p) == 2 and p[0] == "application":
             if p[1] not in self.apps:
                 return 404, {"code": 404, "message": APP_ID_NOT_FOUND}
+            # `?detail=true`: each intent as its own codec encodes it (IntentsWebResource).
             return 200, {
-                "intents": [self._encode(k, b) for k, b in self.intents.items() if k[0] == p[1]]
+                "intents": [
+                    self._encode(k, b, full=detail) for k, b in self.intents.items() if k[0] == p[1]
+                ]
             }
         if len(p) == 2 and method in ("GET", "DELETE"):
             # IntentsWebResource: the app must be registered; the key is looked up as a string,
