@@ -382,6 +382,7 @@ def main() -> None:
         loop.ControlLoop.worth_moving = timed("worth_moving", loop.ControlLoop.worth_moving)
         Service._apply = timed("apply", Service._apply)
         svc = Service(Settings())
+        svc.ownership.check()  # the owner claim the app's start-up takes (ownership.py)
         passes = []
         for _ in range(args.passes):
             svc._view = None  # a fresh view, as a pass after the view's age would fetch

@@ -7,6 +7,7 @@ database, ends with ONOS holding exactly the desired state."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def test_a_second_instance_withdraws_nothing_it_does_not_own(serve: Any, onos: S
     b = serve("b.sqlite", wait=False)
     assert b.proc.wait(START_S) == 2
     text = b.log.read_text()
-    assert "does not own" in text and "Refusing to start" in text, text
+    assert "another optimizer owns this ONOS" in text and "Refusing to start" in text, text
     assert "Traceback" not in text
     assert ours(onos) == held
     res = a.api("POST", "/api/v1/placements", json={}).json()
@@ -114,3 +115,42 @@ def test_a_sigkill_mid_move_is_repaired_on_restart(
             assert spine not in str(body), (key, body)
     again = b.api("POST", "/api/v1/reconcile").json()
     assert again["repaired"] == again["resubmitted"] == again["removed"] == [], again
+
+
+def test_a_second_instance_never_writes_even_when_the_first_holds_nothing(
+    serve: Any, onos: StandinOnos
+) -> None:
+    """The owner claim in our ONOS app (service/ownership.py): the first instance holds it
+    before it holds any intent, so a second with its own database refuses to start; one
+    started while ONOS is down comes up, writes nothing, and once ONOS answers reports the
+    other owner (/healthz degraded, 503 naming it) instead of writing."""
+    ttl = {"AGG_OPTIMIZER_LEASE_TTL_S": "600"}  # the first's claim outlives the outage
+    a = serve("a.sqlite", **ttl)
+    assert onos.owner is not None
+    assert ours(onos) == {}  # it holds nothing
+    b = serve("b.sqlite", wait=False, **ttl)
+    assert b.proc.wait(START_S) == 2
+    text = b.log.read_text()
+    assert "another optimizer owns this ONOS" in text and "Refusing to start" in text, text
+    # ONOS down while the second starts: it starts, and holds off.
+    onos.stop()
+    c = serve("c.sqlite", **ttl)
+    assert "ownership not checked" in c.log.read_text()
+    r = c.api("POST", "/api/v1/jobs", json=JOBS[0])
+    assert r.status_code in (201, 503), r.text  # registering needs ONOS's hosts
+    onos.start()
+    deadline = time.monotonic() + START_S
+    while (h := c.api("GET", "/healthz").json())["status"] != "degraded":
+        assert time.monotonic() < deadline, h
+        time.sleep(0.2)
+    assert "another optimizer owns this ONOS" in h["writer"], h
+    r = c.api("POST", "/api/v1/jobs", json=JOBS[0])
+    assert r.status_code in (201, 409), r.text  # 409: created while ONOS was down
+    r = c.api("POST", f"/api/v1/jobs/{JOBS[0]['id']}/placement")
+    assert r.status_code == 503 and "another optimizer owns this ONOS" in r.text, r.text
+    assert ours(onos) == {}, "the second instance wrote intents"
+    r = c.api("POST", "/api/v1/reconcile")
+    assert r.status_code == 503 and "another optimizer owns this ONOS" in r.text, r.text
+    # The first still writes.
+    place_all(a, onos)
+    assert len(ours(onos)) == 10

@@ -534,11 +534,26 @@ def serve(
     from .service.onos import OnosError, OnosUnavailable
 
     svc = Service(settings)
+    # The owner claim in our ONOS app (service/ownership.py): taken by another database, this
+    # instance stops here; ONOS not answering, it starts but writes nothing until it holds it.
+    svc.ownership.check()
+    taken = svc.invariants.health().get("writer")
+    if taken:
+        svc.close()
+        sock.close()
+        raise UserError(
+            f"{taken}. Refusing to start. Share its database (replicas: one leads, the "
+            "others stand by) or give this one another AGG_OPTIMIZER_ONOS_APP_ID"
+        )
     try:
         foreign = [] if settings.withdraw_foreign_intents else svc.applier.foreign()
     except (OnosUnavailable, OnosError) as e:
         foreign = []
-        print(f"agg-optimizer: ownership not checked, ONOS not answering ({e})", file=sys.stderr)
+        print(
+            f"agg-optimizer: ownership not checked, ONOS not answering ({e}): nothing is "
+            "written to ONOS until this instance holds its owner claim",
+            file=sys.stderr,
+        )
     if foreign:
         svc.close()
         sock.close()

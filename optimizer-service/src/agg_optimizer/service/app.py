@@ -389,6 +389,10 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
                 metrics.events.labels("reconcile_deferred").inc()
                 app.state.reconcile_error = str(e)
 
+        # Nothing is written to ONOS before this database's owner claim is in (ownership.py);
+        # the first claim now, then renewed in the background.
+        svc.ownership.check()
+        svc.ownership.start()
         # Only the leader of the instances sharing this database touches the fabric; the
         # loop and the scheduler skip their passes while this instance stands by.
         svc.lease.start(lead, lambda: None)
@@ -399,6 +403,7 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
             svc.start_scheduler()
         yield
         svc.stop_loop()
+        svc.ownership.stop(release=False)  # replicas share it; unrenewed, it expires
         svc.lease.stop()
 
     app = FastAPIOffline(

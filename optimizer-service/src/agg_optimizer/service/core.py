@@ -33,6 +33,7 @@ from .onos import (
     PriorityApi,
     intent_digest,
 )
+from .ownership import Ownership
 from .scheduler import Scheduler, ScheduleState
 from .settings import Settings
 from .store import HOLDING, PENDING, Store
@@ -104,6 +105,11 @@ class Service:
         )  # fmt: skip
         self.counters: dict[str, int] = {}
         self.invariants = Invariants(self.store, self.counters.__setitem__)
+        self.ownership = Ownership(
+            settings, self.store, self.onos, self.lease.holder, self.invariants,
+            self.applier.foreign,
+        )  # fmt: skip
+        self.scheduler.may_write = self.ownership.require
         self._view: tuple[float, View] | None = None
         self._view_lock = threading.Lock()
         # The newest topology fetched by anything (reads, applies, the loop, registration),
@@ -388,6 +394,7 @@ class Service:
 
     def delete_job(self, job_id: str) -> dict[str, Any]:
         self.get_job(job_id)
+        self.ownership.require()
         with self.apply_lock:
             with self.scheduler.lock:
                 pushed = job_id in self.sched.pushed
@@ -911,6 +918,7 @@ class Service:
     def _apply(self, view: View, job: dict[str, Any], strat: str, jp: Any, trigger: str) -> dict:
         """Record the job's new desired placement, then converge the fabric to it."""
         jid = job["id"]
+        self.ownership.require()
         bodies = self.onos.intent_bodies(jp, view.hosts, job["ps"])
         doc = jp.model_dump(mode="json")
         self.applier.desire(jid, strat, jp, bodies)
@@ -1025,6 +1033,7 @@ class Service:
         (`Applier.reconcile`): at start, every loop pass and on request. Pools two jobs'
         records share are repaired first: the later job is placed again around the
         other's."""
+        self.ownership.require()
         moved = self._repair_overlaps()
         with self.apply_lock:
             try:

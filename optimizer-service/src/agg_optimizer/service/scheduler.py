@@ -51,6 +51,8 @@ class Scheduler:
         self._stop = stop
         self.leading = leading
         self.state = ScheduleState()
+        # Raises (NotOwner) while this instance may not write to ONOS (ownership.py).
+        self.may_write: Callable[[], None] = lambda: None
         self.lock = threading.Lock()
         self._wake = threading.Event()
         self._trigger = "periodic"
@@ -104,6 +106,7 @@ class Scheduler:
             raise BadField(
                 "schedule_policy", "no policy configured (AGG_OPTIMIZER_SCHEDULE_POLICY)"
             )
+        self.may_write()
         with self.lock:
             st = self.state
             st.runs += 1

@@ -27,6 +27,7 @@ import itertools
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,6 +45,7 @@ APP_ID_NOT_FOUND = "Application Id not found"
 PRIORITY_PATH = "/onos/innet-agg/priority/"
 PIPECONF = "org.innetagg.bmv2"  # PipeconfLoader.PIPECONF_ID
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # JobPlacement.JOB_ID
+OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")  # OwnerWebResource.NAME
 JOB_NUMBERS = 256  # JobNumberRegistry.JOB_NUMBERS (agg_job's size)
 MAX_CLASS = 7
 
@@ -97,6 +99,9 @@ class OnosRest:
         # None: the ONOS app is not installed (its resource answers 404)
         self.aggregation: dict[str, Any] | None = {} if aggregation else None
         self.priority: dict[str, dict[str, Any]] = {}  # job -> document in force
+        # OwnerWebResource's claim: (owner, holder, expiry on `clock`), or None.
+        self.owner: tuple[str, str, float] | None = None
+        self.clock: Callable[[], float] = time.monotonic
         # Ids of the devices running the innet-agg pipeconf; None: every device.
         self.pipeconf_devices: set[str] | None = None
         self.job_numbers: dict[str, int] = {}  # job -> its number at the switches
@@ -207,6 +212,8 @@ class OnosRest:
                 return self._priority(method, parts[3], body)
             if parts[2:3] == ["aggregation"] and len(parts) == 4:
                 return self._aggregation(method, parts[3], body)
+            if parts[2:] == ["owner"]:
+                return self._owner(method, path.partition("?")[2], body)
             return 404, {"code": 404, "message": "HTTP 404 Not Found"}
         if parts[:2] != ["onos", "v1"]:
             return 404, {"code": 404, "message": "HTTP 404 Not Found"}
@@ -280,6 +287,40 @@ class OnosRest:
                             f"'{job}' overlap job '{other}' slots [{o[2]}, {o[3]}) on '{c[1]}'"
                         )
         return None
+
+    def _owner(self, method: str, query: str, body: Any) -> tuple[int, Any]:
+        """OwnerWebResource: POST takes or renews the claim (409 while another owner's is in
+        force), GET shows it (404 when none), DELETE ?owner= lets go of it (204)."""
+        now = self.clock()
+        held = self.owner if self.owner and self.owner[2] > now else None
+        if method == "GET":
+            if held is None:
+                return _bad(404, "owner: none")
+            return 200, {"owner": held[0], "holder": held[1], "expires_in_s": held[2] - now}
+        if method == "DELETE":
+            who = dict(kv.partition("=")[::2] for kv in query.split("&") if kv).get("owner")
+            if self.owner and self.owner[0] == who:
+                self.owner = None
+            return 204, None
+        if method != "POST":
+            return 405, None
+        if not isinstance(body, dict):
+            return _bad(400, "body: a JSON object expected")
+        owner, holder, ttl = body.get("owner"), body.get("holder"), body.get("ttl_s")
+        for name, v in (("owner", owner), ("holder", holder)):
+            if not isinstance(v, str) or not OWNER_NAME.fullmatch(v):
+                return _bad(400, f"{name}: expected {OWNER_NAME.pattern}")
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= 3600:
+            return _bad(400, "ttl_s: an integer from 1 to 3600 expected")
+        if held is not None and held[0] != owner:
+            left = int(held[2] - now + 0.999)
+            return _bad(
+                409,
+                f"owner: ONOS is written by optimizer store '{held[0]}' (instance "
+                f"'{held[1]}') for {left} s more unless it renews its claim",
+            )
+        self.owner = (owner, holder, now + ttl)
+        return 200, {"owner": owner, "holder": holder, "expires_in_s": float(ttl)}
 
     def _job_number(self, job: str) -> int | None:
         """JobNumberRegistry: the job's number, the lowest free one if it has none, None

@@ -8,6 +8,6 @@ import java.util.Set;
 public class AggregationWebApplication extends AbstractWebApplication {
     @Override
     public Set<Class<?>> getClasses() {
-        return getClasses(AggregationWebResource.class, TrafficClassWebResource.class);
+        return getClasses(AggregationWebResource.class, TrafficClassWebResource.class, OwnerWebResource.class);
     }
 }
