@@ -260,3 +260,34 @@ def test_a_hung_influxdb_never_holds_an_apply(
         assert svc.flush_decisions(120)
         assert svc.counters.get("decisions_unwritten") == 1
     svc.close()
+
+
+def test_a_switch_that_returns_takes_load_when_the_jobs_gain_together(
+    client: TestClient, onos: StandinOnos
+) -> None:
+    """Four equal jobs between the leaves all cross spine1 while spine2 is away. When it
+    returns, each job judged alone on telemetry that shows no congestion gains nothing, so
+    before, all stayed on spine1 until congestion showed. Judged together, sharing the
+    fabric, spreading them halves their transfers: the loop moves some to spine2."""
+    svc = client.app.state.service
+    onos.set_link("device:leaf1", "device:leaf2", "INACTIVE")  # every path over a spine
+    onos.set_device("device:spine2", False)
+    jobs = [
+        {"id": f"e{i}", "workers": [w], "ps": p, "update_bytes": 100_000_000}
+        for i, (w, p) in enumerate([(H1, H3), (H2, H4), (H3, H1), (H4, H2)])
+    ]
+    for j in jobs:
+        assert client.post("/api/v1/jobs", json=j).status_code == 201
+    res = client.post("/api/v1/placements", json={}).json()
+    assert {r["status"] for r in res} == {"applied"}, res
+    assert svc.step()["changed"] == []
+    for j in jobs:
+        assert spines_of(svc.store.current(j["id"])["placement"]) == {"device:spine1"}
+    onos.set_device("device:spine2", True)
+    out = svc.step()
+    assert out["trigger"] == "topology" and out["changed"], out
+    on = {j["id"]: spines_of(svc.store.current(j["id"])["placement"]) for j in jobs}
+    assert {"device:spine1"} in on.values() and {"device:spine2"} in on.values(), on
+    assert set(intent_states(onos).values()) == {"INSTALLED"}
+    # Nothing more to gain: the next pass keeps them.
+    assert svc.step()["changed"] == []

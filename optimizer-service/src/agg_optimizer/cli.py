@@ -566,7 +566,16 @@ def serve(
             "fabric over after its database was lost, set "
             "AGG_OPTIMIZER_WITHDRAW_FOREIGN_INTENTS=true"
         )
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, svc), log_level="info"))
+    from .service.connections import protocol
+
+    config = uvicorn.Config(
+        create_app(settings, svc),
+        log_level="info",
+        http=protocol(settings.http_head_timeout_s),
+        timeout_keep_alive=settings.http_idle_timeout_s,  # type: ignore[arg-type]
+        limit_concurrency=settings.http_max_connections,
+    )
+    server = uvicorn.Server(config)
     # What is loaded by now (modules, the app, its schemas) lives as long as the process:
     # out of the collector's sight, a full collection scans only what requests made since.
     # Each full collection scanned ~120,000 objects for 60-90 ms, about once a second under

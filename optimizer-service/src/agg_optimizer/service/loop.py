@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..documents import Job, JobPlacement
 from ..network import Network, cct_of
 from ..pools import Claim, doc_claims, overlaps
+from ..shared import EXACT_MAX_JOBS, shared_ccts
 from .errors import Unavailable
 from .onos import OnosUnavailable
 from .store import HOLDING
@@ -65,8 +66,10 @@ class ControlLoop:
         if view.snapshot:
             util = {(t.src, t.dst): t.utilization for t in view.snapshot.telemetry.links}
         trigger = "periodic"
+        returned = False  # links (a switch, a link) came back since the last pass
         if self.state.last_links is not None and links != self.state.last_links:
             trigger = "topology"
+            returned = bool(links - self.state.last_links)
         elif any(
             abs(u - self.state.last_util.get(k, 0.0)) >= self.svc.s.utilization_threshold
             for k, u in util.items()
@@ -99,6 +102,10 @@ class ControlLoop:
                     raise Unavailable(str(e)) from None
                 stored = self.svc.store.intents()
                 computed = self.svc.compute(view, placed, unplaceable=unplaceable)
+                # Capacity came back: judged one by one on telemetry that shows no
+                # congestion yet, no job gains, and load stays where the outage put it.
+                # Judged together, sharing the fabric, the jobs may gain (`joint_gain`).
+                joint = returned and self.joint_gain(view, computed)
                 moves: dict[str, tuple[str, Any]] = {}  # job -> (strategy, new placement)
                 stay: dict[str, list[dict]] = {}  # job -> the aggregators it keeps
                 for jid, (strat, placement) in sorted(computed.items()):
@@ -118,7 +125,7 @@ class ControlLoop:
                             old["aggregators"] == new["aggregators"]
                             and old["worker_paths"] == new["worker_paths"]
                         )
-                        if same or not self.svc._worth_moving(view, job, old, new):
+                        if same or (not joint and not self.svc._worth_moving(view, job, old, new)):
                             stay[jid] = old["aggregators"]
                             if not lost:
                                 kept += [] if same else [jid]
@@ -220,6 +227,42 @@ class ControlLoop:
             claims += doc_claims(jid, moves[jid][1].model_dump(mode="json"))
         mine = set(movers)
         return sorted({c[0] for pair in overlaps(claims) for c in pair if c[0] in mine})
+
+    def joint_gain(self, view: View, computed: dict[str, tuple[str, Any]]) -> bool:
+        """Whether the jobs' new placements, all sharing the fabric (`shared_ccts`: max-min
+        fair shares on the capacity the background leaves), give a mean predicted CCT
+        `min_improvement` (and at least `min_improvement_s`) below their applied ones'.
+        Judged over the applied jobs the loop re-placed, up to `EXACT_MAX_JOBS` of them
+        (above that, or where an applied placement no longer fits, each job is judged
+        alone as before)."""
+        olds, news, specs = [], [], []
+        for jid, (_, placement) in sorted(computed.items()):
+            cur = self.svc.store.current(jid)
+            job = self.svc.store.job(jid)
+            if not cur or cur["status"] != "applied" or job is None:
+                continue
+            olds.append(JobPlacement.model_validate(cur["placement"]))
+            news.append(next(p for p in placement.jobs if p.job_id == jid))
+            specs.append(job)
+        if not olds or len(olds) > EXACT_MAX_JOBS:
+            return False
+        inst = self.svc._instance(view, specs)
+        try:
+            before, after = shared_ccts(inst, olds), shared_ccts(inst, news)
+        except (KeyError, ValueError, IndexError) as e:  # an applied path off the fabric
+            log.info("joint re-placement not judged: %s", e)
+            return False
+        if not before or not after:
+            return False
+        b = sum(before.values()) / len(before)
+        a = sum(after.values()) / len(after)
+        move = a < b * (1.0 - self.svc.s.min_improvement) and b - a >= self.svc.s.min_improvement_s
+        log.info(
+            "capacity returned: %d jobs sharing the fabric, mean predicted transfer %.4f s "
+            "as applied, %.4f s re-placed together: %s",
+            len(olds), b, a, "moving them" if move else "keeping them",
+        )  # fmt: skip
+        return move
 
     def worth_moving(self, view: View, job: dict[str, Any], old: dict, new: dict) -> bool:
         """Whether the new placement's predicted CCT is `min_improvement` (and at least

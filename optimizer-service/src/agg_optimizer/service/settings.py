@@ -57,6 +57,28 @@ class Settings(BaseSettings):
         "compute every one (benchmarks of the uncached path).",
     )
     probe_period_s: float = Field(1.0, gt=0, description="Background readiness probe period.")
+    http_head_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="A request's head (request line and headers) must arrive within this "
+        "from the connection's opening, or from its first byte on a kept-alive connection; "
+        "else the connection is closed (a client that sends nothing, or half a head).",
+    )
+    http_idle_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="A kept-alive connection idle this long after a response is closed "
+        "(uvicorn's timeout_keep_alive).",
+    )
+    http_max_connections: int = Field(
+        2048,
+        ge=1,
+        le=1_000_000,
+        description="Connections and requests in progress past this are answered 503 "
+        "(uvicorn's limit_concurrency). The body of a request has its own deadline (10 s).",
+    )
 
     api_token: SecretStr | None = Field(
         None,
