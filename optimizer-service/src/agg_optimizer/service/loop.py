@@ -125,7 +125,14 @@ class ControlLoop:
                             old["aggregators"] == new["aggregators"]
                             and old["worker_paths"] == new["worker_paths"]
                         )
-                        if same or (not joint and not self.svc._worth_moving(view, job, old, new)):
+                        rerouted = old["worker_paths"] != new["worker_paths"] or [
+                            a["switch"] for a in old["aggregators"]
+                        ] != [a["switch"] for a in new["aggregators"]]
+                        if (
+                            same
+                            or (joint and not rerouted)
+                            or (not joint and not self.svc._worth_moving(view, job, old, new))
+                        ):
                             stay[jid] = old["aggregators"]
                             if not lost:
                                 kept += [] if same else [jid]
