@@ -157,6 +157,7 @@ def test_a_crash_at_every_step_is_repaired_by_one_reconcile(
         onos.intents.clear()
         onos.aggregation = {}
         onos.job_numbers.clear()
+        onos.owner = None  # a fresh ONOS for each new database: no owner claim yet
         for ln in onos.links["links"]:
             ln["state"] = "ACTIVE"
         onos.set_link("device:leaf1", "device:leaf2", "INACTIVE")
