@@ -225,3 +225,54 @@ def test_the_java_integration_tests_pass_against_this_onos(onos_real: onosd.Onos
         "appInstallsActivatesAndAnswers": [],
         "aPlacementBecomesFlowRulesAndDeleteRemovesThem": [],
     }, "\n".join(problems)
+
+
+def test_an_overlapping_pool_is_refused_with_409_naming_both_jobs(
+    onos_real: onosd.OnosServer,
+) -> None:
+    """Straight to the app, past the optimizer's own checks (docs/service.md, "Invariants")."""
+    ids = fabric_ids(onos_real)
+    headers = {"Content-Type": "application/json"}
+    first = json.loads(fixture("valid.json", ids))
+    second = json.loads(fixture("valid.json", ids))
+    second["jobs"][0]["job_id"] = "bert-b"
+    try:
+        r = onos_real.request(
+            "POST", f"{RESOURCE}/resnet-a", data=json.dumps(first), headers=headers
+        )
+        assert r.status_code == 201, r.text
+        r = onos_real.request(
+            "POST", f"{RESOURCE}/bert-b", data=json.dumps(second), headers=headers
+        )
+        assert r.status_code == 409, r.text
+        message = r.json()["message"]
+        assert message.startswith("jobs[0].aggregators[0].pool: "), message
+        assert "'bert-b'" in message and "'resnet-a'" in message, message
+        assert onos_real.request("GET", f"{RESOURCE}/bert-b").status_code == 404
+        # Once the first is gone its slots are free.
+        assert onos_real.request("DELETE", f"{RESOURCE}/resnet-a").status_code == 204
+        r = onos_real.request(
+            "POST", f"{RESOURCE}/bert-b", data=json.dumps(second), headers=headers
+        )
+        assert r.status_code == 201, r.text
+    finally:
+        for j in ("resnet-a", "bert-b"):
+            onos_real.request("DELETE", f"{RESOURCE}/{j}")
+
+
+def test_the_owner_claim_refuses_a_second_optimizer(onos_real: onosd.OnosServer) -> None:
+    url = "/onos/innet-agg/owner"
+    headers = {"Content-Type": "application/json"}
+    a = {"owner": "store-a", "holder": "host:1", "ttl_s": 60}
+    b = {"owner": "store-b", "holder": "host:2", "ttl_s": 60}
+    try:
+        assert onos_real.request("POST", url, data=json.dumps(a), headers=headers).ok
+        r = onos_real.request("POST", url, data=json.dumps(b), headers=headers)
+        assert r.status_code == 409 and "'store-a'" in r.json()["message"], r.text
+        bad = {**b, "ttl_s": 0}
+        r = onos_real.request("POST", url, data=json.dumps(bad), headers=headers)
+        assert r.status_code == 400 and r.json()["message"].startswith("ttl_s: "), r.text
+        assert onos_real.request("GET", url).json()["owner"] == "store-a"
+    finally:
+        onos_real.request("DELETE", f"{url}?owner=store-a")
+    assert onos_real.request("GET", url).status_code == 404

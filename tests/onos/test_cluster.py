@@ -28,6 +28,7 @@ from .test_app import ONOS_APP, RESOURCE, fabric_ids, fixture
 REPO = Path(__file__).resolve().parents[2]
 
 PRIORITY = "/onos/innet-agg/priority"
+OWNER = "/onos/innet-agg/owner"
 JSON = {"Content-Type": "application/json"}
 SHAPE = "spineleaf,2,3,2"
 
@@ -202,11 +203,13 @@ def test_cluster_logs_have_no_app_errors(onos_cluster: cluster.OnosCluster) -> N
 def test_two_nodes_at_once_never_both_take_overlapping_pools(
     onos_cluster: cluster.OnosCluster,
 ) -> None:
-    """The pool check and the write are one step across the cluster (ONOS's distributed
-    lock): two jobs whose pools overlap, posted to the two nodes at once, one accepted."""
+    """The pool check and the write are one step across the cluster (each switch's claims
+    written by compare-and-set, under ONOS's distributed lock too): two jobs whose pools
+    overlap, posted to the two nodes at once, one accepted, the other 409 naming both."""
     nodes = onos_cluster.nodes
     ids = fabric_ids(nodes[0])
     answers: dict[str, int] = {}
+    refused: list[str] = []
     for rnd in range(3):
         jobs = (f"pool-a{rnd}", f"pool-b{rnd}")
         docs = [json.loads(job_doc(ids, j, 30)) for j in jobs]  # the same slots
@@ -220,6 +223,8 @@ def test_two_nodes_at_once_never_both_take_overlapping_pools(
             r = nodes[k].request("POST", f"{RESOURCE}/{jobs[k]}", data=json.dumps(docs[k]),
                                  headers=JSON)  # fmt: skip
             answers[jobs[k]] = r.status_code
+            if r.status_code == 409:
+                refused.append(r.json()["message"])
 
         threads = [threading.Thread(target=post, args=(k,)) for k in (0, 1)]
         try:
@@ -228,7 +233,8 @@ def test_two_nodes_at_once_never_both_take_overlapping_pools(
             for t in threads:
                 t.join()
             codes = sorted(answers[j] for j in jobs)
-            assert codes == [201, 400], answers
+            assert codes == [201, 409], answers
+            assert all(f"'{j}'" in refused[-1] for j in jobs), refused
         finally:
             for j in jobs:
                 nodes[0].request("DELETE", f"{RESOURCE}/{j}")
@@ -375,3 +381,36 @@ def entries_on_switch(thrift_port: int, table: str) -> int:
     )  # fmt: skip
     assert r.returncode == 0 and "TABLE ENTRIES" in r.stdout, r.stdout + r.stderr
     return r.stdout.count("Dumping entry")
+
+
+def test_two_optimizers_claiming_ownership_on_two_nodes_never_both_win(
+    onos_cluster: cluster.OnosCluster,
+) -> None:
+    """The owner claim (service/ownership.py) is one compare-and-set across the cluster:
+    two optimizers with different databases claiming through the two nodes at once, one
+    wins, the other gets 409 naming the winner; a replica of the winner renews it."""
+    nodes = onos_cluster.nodes
+    for rnd in range(5):
+        start = threading.Barrier(2)
+        codes: dict[str, int] = {}
+
+        def claim(
+            k: int, start: threading.Barrier = start, codes: dict = codes, rnd: int = rnd
+        ) -> None:
+            start.wait()
+            body = {"owner": f"store-{k}-{rnd}", "holder": f"host:{k}", "ttl_s": 60}
+            r = nodes[k].request("POST", OWNER, data=json.dumps(body), headers=JSON)
+            codes[f"store-{k}-{rnd}"] = r.status_code
+
+        threads = [threading.Thread(target=claim, args=(k,)) for k in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(codes.values()) == [200, 409], codes
+        won = next(o for o, c in codes.items() if c == 200)
+        shown = nodes[1].request("GET", OWNER).json()
+        assert shown["owner"] == won, shown
+        again = {"owner": won, "holder": "host:9", "ttl_s": 60}
+        assert nodes[1].request("POST", OWNER, data=json.dumps(again), headers=JSON).ok
+        assert nodes[0].request("DELETE", f"{OWNER}?owner={won}").status_code == 204
