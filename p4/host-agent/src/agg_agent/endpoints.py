@@ -48,6 +48,19 @@ from agg_agent.protocol import (
 
 Address = tuple[str, int]
 ECT0 = 0x02  # the IP TOS byte's ECN field: ECN-capable transport (0)
+SEQ_MOD = 1 << 32  # sequence numbers wrap (the switch compares them modulo 2^32 too)
+DEADLINE_S = 10.0  # a chunk unacknowledged this long fails the iteration, naming who
+RETAIN = 1 << 17  # chunks whose sums `ParameterServer.serve` keeps: twice the largest window
+
+
+def _signed32(d: int) -> int:
+    """A difference of sequence numbers modulo 2^32, as the nearest signed value."""
+    d %= SEQ_MOD
+    return d - SEQ_MOD if d >= SEQ_MOD // 2 else d
+
+
+def _ranks(mask: int, workers: int) -> list[int]:
+    return [w for w in range(workers) if mask >> w & 1]
 
 
 def chunk_count(size: int) -> int:
@@ -86,11 +99,17 @@ class Worker:
         bind: Address = ("127.0.0.1", 0),
         controller: Controller | None = None,
         ecn: bool = False,
+        deadline_s: float | None = None,
+        first_seq: int = 0,
     ) -> None:
         """`window` is the job's pool of slots at every switch (chunks in flight never
         exceed it); `controller` (agg_agent.congestion) sets how many of them may be in
         flight, from the feedback acknowledgements carry; `ecn` sends ECN-capable
-        packets (ECT(0)), for switches that mark (DCTCP)."""
+        packets (ECT(0)), for switches that mark (DCTCP). A chunk is sent again every
+        `timeout` until acknowledged, at most `max_retries` times and for at most
+        `deadline_s` seconds (None: no deadline), then the iteration fails naming what
+        stopped answering: the ranks the parameter server still waits for, or the PS.
+        `first_seq`: the sequence number of the first chunk (tests start near the wrap)."""
         if not 0 <= worker_id < fixed.workers:
             raise ValueError(f"worker_id: {worker_id} outside 0..{fixed.workers - 1}")
         if not 1 <= window <= 0xFFFF:
@@ -108,7 +127,13 @@ class Worker:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
         self.sock.bind(bind)
         self.address: Address = self.sock.getsockname()
-        self.next_seq = 0
+        self.deadline_s = deadline_s
+        # Chunks are counted without bound; on the wire, seq = index mod 2^32 and slot =
+        # index mod window, so consecutive chunks take consecutive slots across the wrap.
+        self.next_index = first_seq
+        # Drawn per endpoint, sent in the JOIN: a parameter server that sees rank N join
+        # with another nonce than its run's knows the job started again, and starts a run.
+        self.nonce = 1 + secrets.randbelow(SEQ_MOD - 1)
         self.iteration = 0
         self.run_id: int | None = None  # the parameter server's run, once joined
         self.srtt: float | None = None  # smoothed round trip of first transmissions (s)
@@ -117,13 +142,17 @@ class Worker:
     def close(self) -> None:
         self.sock.close()
 
-    def _packet(self, seq: int, values: npt.NDArray[np.int32], flags: int) -> bytes:
+    @property
+    def next_seq(self) -> int:
+        return self.next_index % SEQ_MOD
+
+    def _packet(self, index: int, values: npt.NDArray[np.int32], flags: int) -> bytes:
         return AggPacket(
             job_id=self.job_id,
-            slot=seq % self.window,
+            slot=index % self.window,
             worker_id=self.worker_id,
             fan_in=self.fixed.workers,
-            seq=seq,
+            seq=index % SEQ_MOD,
             contributors=1 << self.worker_id,
             flags=flags,
             values=tuple(int(v) for v in values),
@@ -135,10 +164,13 @@ class Worker:
         `max_retries` times, then a TimeoutError naming the PS). Every packet this worker
         sends afterwards carries the run. Called by the first iteration if not before."""
         hello = AggPacket(
-            self.job_id, 0, self.worker_id, self.fixed.workers, 0, 1 << self.worker_id,
-            FLAG_JOIN,
+            self.job_id, 0, self.worker_id, self.fixed.workers, self.nonce,
+            1 << self.worker_id, FLAG_JOIN,
         ).encode()  # fmt: skip
+        until_all = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
         for _ in range(self.max_retries + 1):
+            if time.monotonic() > until_all:
+                break
             self.sock.sendto(hello, self.target)
             until = time.perf_counter() + self.timeout
             while (left := until - time.perf_counter()) > 0:
@@ -154,9 +186,14 @@ class Worker:
                 if ans.is_join and ans.is_ack and ans.job_id == self.job_id and ans.run:
                     self.run_id = ans.run
                     return ans.run
+        tried = (
+            f"joins for {self.deadline_s:g} s"
+            if self.deadline_s is not None
+            else f"{self.max_retries + 1} joins"
+        )
         raise TimeoutError(
             f"job {self.job_id}: no parameter server at {self.target[0]}:{self.target[1]} "
-            f"answered {self.max_retries + 1} joins, {self.timeout} s apart"
+            f"answered {tried}, {self.timeout} s apart"
         )
 
     def allreduce(self, tensor: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -176,8 +213,10 @@ class Worker:
         padded = np.zeros(chunks * LANES, dtype=np.int32)
         padded[: q.size] = q
         lanes = padded.reshape(chunks, LANES)
-        first = self.next_seq
+        first = self.next_index
         acked = [False] * chunks
+        born: dict[int, float] = {}  # chunk -> its first send (the deadline runs from it)
+        missing: dict[int, int] = {}  # chunk -> contributors the PS said it holds
         sums = np.zeros((chunks, LANES), np.int64)
         everyone = (1 << self.fixed.workers) - 1
         sent_at: dict[int, float] = {}
@@ -201,6 +240,7 @@ class Worker:
             ):
                 self.sock.sendto(self._packet(first + nxt, lanes[nxt], 0), self.target)
                 sent_at[nxt], tries[nxt] = time.perf_counter(), 0
+                born[nxt] = sent_at[nxt]
                 self.last_send = sent_at[nxt]
                 packets += 1
                 window_sum += cc.window
@@ -208,10 +248,9 @@ class Worker:
             now = time.perf_counter()
             for c in [c for c, t in sent_at.items() if now - t >= self.timeout]:
                 tries[c] += 1
-                if tries[c] > self.max_retries:
-                    raise TimeoutError(
-                        f"seq {first + c}: no acknowledgement after {self.max_retries} retries"
-                    )
+                late = self.deadline_s is not None and now - born[c] > self.deadline_s
+                if tries[c] > self.max_retries or late:
+                    raise TimeoutError(self._stuck(first + c, now - born[c], missing.get(c)))
                 self.sock.sendto(self._packet(first + c, lanes[c], FLAG_RETRANSMIT), self.target)
                 sent_at[c] = now
                 packets += 1
@@ -236,10 +275,17 @@ class Worker:
                     f"{self.target[1]} is in run {ack.run}, not this worker's {self.run_id} "
                     "(it restarted): this iteration's sums are gone"
                 )
-            c = ack.seq - first
+            c = (ack.seq - first) % SEQ_MOD
             if (
                 ack.is_ack and not ack.is_join and ack.job_id == self.job_id
-                and ack.run == self.run_id and 0 <= c < chunks and not acked[c]
+                and ack.run == self.run_id and c < chunks and not acked[c]
+                and ack.contributors != everyone
+            ):  # fmt: skip
+                missing[c] = ack.contributors  # the PS's status: who it holds so far
+                continue
+            if (
+                ack.is_ack and not ack.is_join and ack.job_id == self.job_id
+                and ack.run == self.run_id and c < chunks and not acked[c]
                 and ack.contributors == everyone  # the values are the complete sum
             ):  # fmt: skip
                 acked[c] = True
@@ -252,7 +298,7 @@ class Worker:
                 queues[ack.max_queue] = queues.get(ack.max_queue, 0) + 1
                 while low < chunks and acked[low]:
                     low += 1
-        self.next_seq = first + chunks
+        self.next_index = first + chunks
         stats = WorkerStats(
             self.iteration,
             time.perf_counter() - start,
@@ -267,6 +313,22 @@ class Worker:
         )
         self.iteration += 1
         return stats
+
+    def _stuck(self, index: int, waited: float, holds: int | None) -> str:
+        """What stopped answering, for a chunk unacknowledged for `waited` seconds."""
+        where = f"the parameter server at {self.target[0]}:{self.target[1]}"
+        seq = index % SEQ_MOD
+        if holds is None:
+            return (
+                f"job {self.job_id} seq {seq}: no answer from {where} for {waited:.1f} s "
+                f"({self.timeout} s between tries): it stopped, or its path did"
+            )
+        gone = _ranks(~holds & ((1 << self.fixed.workers) - 1), self.fixed.workers)
+        return (
+            f"job {self.job_id} seq {seq}: rank(s) {', '.join(map(str, gone))} sent nothing "
+            f"for {waited:.1f} s ({where} holds ranks "
+            f"{', '.join(map(str, _ranks(holds, self.fixed.workers)))}): they stopped"
+        )
 
 
 @dataclass(slots=True)
@@ -292,22 +354,29 @@ class ParameterServer:
         self,
         job_id: int,
         fixed: FixedPoint,
-        size: int,
+        size: int | None,
         workers: list[Address],
         bind: Address = ("127.0.0.1", 0),
         run_id: int | None = None,
+        first_seq: int = 0,
     ) -> None:
         """`run_id`: this server's run number (1..2^32-1); None draws one at random, so that
         a job restarted with a new PS never meets its killed run's chunks (1 in 2^32 that
-        it draws the same)."""
+        it draws the same). `size`: elements per iteration, or None: chunks of any
+        number, each completed on its own (a training job's buckets of any size; the
+        iterations then count chunks). `first_seq`: the job's first sequence number."""
         if run_id is not None and not 0 < run_id <= 0xFFFFFFFF:
             raise ValueError(f"run_id: {run_id} outside 1..{0xFFFFFFFF}")
         if len(workers) != fixed.workers:
             raise ValueError(f"workers: {len(workers)} addresses for {fixed.workers} workers")
-        if size < 1:
+        if size is not None and size < 1:
             raise ValueError(f"size: {size} must be at least 1")
+        if not 0 <= first_seq < SEQ_MOD:
+            raise ValueError(f"first_seq: {first_seq} outside 0..{SEQ_MOD - 1}")
         self.job_id, self.fixed, self.size, self.workers = job_id, fixed, size, workers
-        self.chunks = chunk_count(size)
+        self.first_seq = first_seq
+        # Open-ended (no size): one chunk per "iteration" for the bookkeeping below.
+        self.chunks = chunk_count(size) if size is not None else 1
         self.all_mask = (1 << fixed.workers) - 1
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
@@ -315,9 +384,37 @@ class ParameterServer:
         self.address: Address = self.sock.getsockname()
         self.run_id = run_id if run_id is not None else 1 + secrets.randbelow(0xFFFFFFFF)
         self.other_runs = 0  # packets of another run (a killed run's, late): dropped
+        self.runs = 1  # runs served: a job started again against this PS starts a new one
+        self._nonces: dict[int, int] = {}  # rank -> the nonce it joined this run with
+        self._new_run = False
 
     def close(self) -> None:
         self.sock.close()
+
+    def _join(self, pkt: AggPacket) -> None:
+        """A worker joins. A rank that joined this run before with another nonce is a new
+        endpoint (the job was started again while this PS kept running): a new run begins,
+        so its chunks never meet the old run's sums, and the old run's workers are told."""
+        w, nonce = pkt.worker_id, pkt.seq
+        if nonce and self._nonces.get(w, nonce) != nonce:
+            self.run_id = 1 + (self.run_id + secrets.randbelow(0xFFFFFFFE)) % 0xFFFFFFFF
+            self.runs += 1
+            self._nonces = {}
+            self._new_run = True
+        if nonce:
+            self._nonces[w] = nonce
+        self._answer_join(w)
+
+    def _status(self, seq: int, mask: int, holds: int) -> None:
+        """Tell the workers in `mask` (a retransmission) which ranks the chunk holds so far:
+        an acknowledgement whose contributors are not every worker carries no sum."""
+        for w in range(self.fixed.workers):
+            if mask >> w & 1:
+                pkt = AggPacket(
+                    self.job_id, seq % 0x10000, w, self.fixed.workers, seq, holds,
+                    FLAG_ACK, run=self.run_id,
+                )  # fmt: skip
+                self.sock.sendto(pkt.encode(), self.workers[w])
 
     def _answer_join(self, worker: int) -> None:
         """Tell `worker` this server's run (the answer to a JOIN; to a packet of another
@@ -366,14 +463,19 @@ class ParameterServer:
         deadline: float = 60.0,
         each: Callable[[IterationResult], None] | None = None,
     ) -> list[IterationResult]:
-        """Complete `iterations` iterations (None: until `stop()`), then keep acknowledging
+        """Complete `iterations` iterations of `size` elements (None: until `stop()`),
+        then keep acknowledging
         for `linger` seconds. `deadline`: the longest an iteration may take, from its
         predecessor's end or the start (open-ended: from its first packet). `each` is
         called with every iteration as it completes (a training job's PS reports progress
         while it runs, not when it stops)."""
+        if self.size is None:
+            raise ValueError("size: run() counts iterations of `size` elements; serve() has none")
         results: list[IterationResult] = []
         open_chunks: dict[int, _Chunk] = {}
-        done_upto = 0  # every seq below it is complete
+        # Chunks are counted without bound from `first_seq` (index 0); a packet's seq is
+        # read as the index nearest the oldest incomplete one, modulo 2^32.
+        done_upto = 0  # every index below it is complete
         done_ahead: set[int] = set()
         cur: IterationResult | None = None
         cur_start = 0.0
@@ -407,13 +509,22 @@ class ParameterServer:
             if pkt.job_id != self.job_id or pkt.is_ack:
                 continue
             if pkt.is_join:
-                self._answer_join(pkt.worker_id)
+                self._join(pkt)
+                if self._new_run:  # a new run: nothing of the old one is kept
+                    self._new_run = False
+                    open_chunks.clear()
+                    done_upto, done_ahead = 0, set()
+                    cur, remaining = None, self.chunks
+                    totals = np.zeros(self.chunks * LANES, np.int64)
+                    previous = np.zeros(self.chunks * LANES, np.int64)
                 continue
             if pkt.run != self.run_id:
                 self.other_runs += 1
                 self._answer_join(pkt.worker_id)
                 continue
-            seq = pkt.seq
+            seq = done_upto + _signed32(pkt.seq - self.first_seq - done_upto)
+            if seq < 0:
+                continue  # from before the job's first chunk
             it, c = divmod(seq, self.chunks)
             if seq < done_upto or seq in done_ahead:  # complete: acknowledged again
                 if it == len(results):
@@ -423,7 +534,7 @@ class ParameterServer:
                 else:
                     continue  # stale: nobody can be waiting for it
                 self._ack(
-                    seq, pkt.contributors & self.all_mask, src[c * LANES : (c + 1) * LANES],
+                    pkt.seq, pkt.contributors & self.all_mask, src[c * LANES : (c + 1) * LANES],
                     pkt.max_queue, ce,
                 )  # fmt: skip
                 continue
@@ -438,6 +549,8 @@ class ParameterServer:
             ch.queue, ch.ce = max(ch.queue, pkt.max_queue), ch.ce or ce
             if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:
                 cur.duplicates += 1
+                if pkt.flags & FLAG_RETRANSMIT:  # the sender waits: say who is still missing
+                    self._status(pkt.seq, pkt.contributors & self.all_mask, ch.bitmap)
                 continue
             if pkt.is_aggregated:
                 cur.aggregated_packets += 1
@@ -446,6 +559,8 @@ class ParameterServer:
             ch.bitmap |= pkt.contributors
             ch.acc += np.asarray(pkt.values, np.int64)
             if ch.bitmap != self.all_mask:
+                if pkt.flags & FLAG_RETRANSMIT:
+                    self._status(pkt.seq, pkt.contributors & self.all_mask, ch.bitmap)
                 continue
             self.fixed.check_sum(ch.acc)
             totals[c * LANES : (c + 1) * LANES] = ch.acc
@@ -454,7 +569,7 @@ class ParameterServer:
             while done_upto in done_ahead:
                 done_ahead.discard(done_upto)
                 done_upto += 1
-            self._ack(seq, self.all_mask, ch.acc, ch.queue, ch.ce)
+            self._ack(pkt.seq, self.all_mask, ch.acc, ch.queue, ch.ce)
             remaining -= 1
             if remaining == 0:
                 cur.seconds = time.perf_counter() - cur_start
@@ -467,3 +582,98 @@ class ParameterServer:
                 stop_at = time.perf_counter() + deadline
                 if len(results) == iterations:
                     linger_until = time.perf_counter() + linger
+
+    def serve(
+        self, retain: int = RETAIN, progress: Callable[[ServeStats], None] | None = None
+    ) -> ServeStats:
+        """A training job's parameter server, until `stop()`: chunks of any number, each
+        completed on its own (a bucket of any size is its chunks; no iteration size to
+        agree on), sequence numbers modulo 2^32. The sums of the last `retain` chunks are
+        kept, to acknowledge again a chunk whose acknowledgement a worker lost (a worker
+        is never more than its window, at most 65,535 chunks, behind). A job started again
+        against it (its ranks join with new nonces) gets a new run; a job that stops
+        leaves it serving. `progress` is called about once a second while chunks complete."""
+        if not 1 <= retain <= 1 << 20:
+            raise ValueError(f"retain: {retain} outside 1..{1 << 20}")
+        ring = np.zeros((retain, LANES), np.int64)
+        ring_idx = np.full(retain, -1, np.int64)
+        open_chunks: dict[int, _Chunk] = {}
+        low = 0  # the oldest index not complete; indices count from `first_seq`
+        done_ahead: set[int] = set()
+        stats = ServeStats()
+        reported = time.monotonic()
+        while not self._stop:
+            self.sock.settimeout(0.05)
+            try:
+                data, ce = self._recv()
+            except TimeoutError:
+                continue
+            try:
+                pkt = AggPacket.decode(data)
+            except PacketError:
+                continue
+            if pkt.job_id != self.job_id or pkt.is_ack:
+                continue
+            if pkt.is_join:
+                self._join(pkt)
+                if self._new_run:
+                    self._new_run = False
+                    open_chunks.clear()
+                    ring_idx[:] = -1
+                    low, done_ahead = 0, set()
+                    stats.runs = self.runs
+                continue
+            if pkt.run != self.run_id:
+                self.other_runs += 1
+                self._answer_join(pkt.worker_id)
+                continue
+            idx = low + _signed32(pkt.seq - self.first_seq - low)
+            if idx < 0:
+                continue
+            mask = pkt.contributors & self.all_mask
+            slot = idx % retain
+            if idx < low or idx in done_ahead:
+                if ring_idx[slot] == idx:  # complete: acknowledged again, with its sum
+                    self._ack(pkt.seq, mask, ring[slot], pkt.max_queue, ce)
+                continue
+            if idx - low >= retain:
+                continue  # further ahead than any worker can be: not kept
+            ch = open_chunks.setdefault(idx, _Chunk())
+            ch.queue, ch.ce = max(ch.queue, pkt.max_queue), ch.ce or ce
+            if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:
+                stats.duplicates += 1
+                if pkt.flags & FLAG_RETRANSMIT:
+                    self._status(pkt.seq, mask, ch.bitmap)
+                continue
+            if pkt.is_aggregated:
+                stats.aggregated_packets += 1
+            else:
+                stats.raw_packets += 1
+            ch.bitmap |= pkt.contributors
+            ch.acc += np.asarray(pkt.values, np.int64)
+            if ch.bitmap != self.all_mask:
+                if pkt.flags & FLAG_RETRANSMIT:
+                    self._status(pkt.seq, mask, ch.bitmap)
+                continue
+            self.fixed.check_sum(ch.acc)
+            ring[slot], ring_idx[slot] = ch.acc, idx
+            del open_chunks[idx]
+            done_ahead.add(idx)
+            while low in done_ahead:
+                done_ahead.discard(low)
+                low += 1
+            self._ack(pkt.seq, self.all_mask, ch.acc, ch.queue, ch.ce)
+            stats.chunks += 1
+            if progress is not None and time.monotonic() - reported >= 1.0:
+                reported = time.monotonic()
+                progress(stats)
+        return stats
+
+
+@dataclass(slots=True)
+class ServeStats:
+    chunks: int = 0  # chunks completed (all runs)
+    aggregated_packets: int = 0
+    raw_packets: int = 0
+    duplicates: int = 0
+    runs: int = 1
