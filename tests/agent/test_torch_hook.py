@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch", reason="PyTorch is installed by `make sync` (the dev group)")
 
 from agg_agent import train_digits as td
-from agg_agent.fixedpoint import FixedPoint
+from agg_agent.torch_hook import error_bound
 
 AGENT = [sys.executable, "-c", "from agg_agent.cli import main; main()"]
 WORLD = 2
@@ -71,41 +71,82 @@ def train_all(
     return td.load(out)
 
 
-def rounding_bound(res: td.Result, fixed: FixedPoint) -> float:
-    """Per step, the averaged gradient differs by at most the fixed point's bound / W, and
-    each run rounds its update to float32 (half an ulp of the largest parameter, each)."""
+def rounding_bound(res: td.Result, lr: float = LR) -> float:
+    """Per step, the averaged gradient differs by at most the bucket's rounding bound / W
+    (`torch_hook.error_bound` of the exponent the ranks agreed), and each run rounds its
+    update to float32 (half an ulp of the largest parameter, each)."""
     top = float(np.max(np.abs(res.parameters)))
-    return res.steps * (LR * fixed.error_bound / WORLD + 2.0**-23 * top)
+    sums = sum(error_bound(e, WORLD) for e in res.tops) / WORLD
+    return lr * sums + res.steps * 2.0**-23 * top
 
 
-def test_ddp_through_the_protocol_matches_gloo_within_the_rounding_bound(tmp_path: Path) -> None:
+def train_agg(tmp: Path, args: list[str] | None = None, steps: int = STEPS) -> td.Result:
+    """The same training through the hook, with a parameter server for buckets of any
+    size (`agg-agent ps --size 0`); its lines (one a step) checked."""
     import socket
 
     ports = [free_port(socket.SOCK_DGRAM) for _ in range(WORLD + 1)]
     ps = subprocess.Popen(
-        [*AGENT, "ps", "--iterations", "0", "--job", "5", "--size", str(td.parameter_count()),
-         "--bind", f"127.0.0.1:{ports[0]}"]
+        [*AGENT, "ps", "--size", "0", "--job", "5", "--bind", f"127.0.0.1:{ports[0]}"]
         + [a for w in range(WORLD) for a in ("--worker-addr", f"127.0.0.1:{ports[w + 1]}")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         extra = [
             ["--ps", f"127.0.0.1:{ports[0]}", "--job", "5", "--bind", f"127.0.0.1:{ports[r + 1]}",
-             "--timeout-ms", "200"]
+             "--timeout-ms", "200", *(args or [])]
             for r in range(WORLD)
         ]  # fmt: skip
-        agg = train_all(tmp_path, "agg", extra)
+        res = train_all(tmp, "agg", extra, steps)
     finally:
         ps.terminate()
         out, err = ps.communicate(timeout=60)
     assert ps.returncode == 0, err[-3000:]
     rows = [ln for ln in out.splitlines() if ln.startswith("{")]
-    assert len(rows) == STEPS  # one PS iteration per step: the model is one DDP bucket
+    assert len(rows) == len(res.tops), (len(rows), len(res.tops))  # a line a bucket
+    return res
+
+
+def buckets_per_step(res: td.Result) -> float:
+    return len(res.tops) / max(1, res.steps)
+
+
+def test_ddp_through_the_protocol_matches_gloo_within_the_rounding_bound(tmp_path: Path) -> None:
+    agg = train_agg(tmp_path)
     gloo = train_all(tmp_path, "gloo")
     assert agg.steps == gloo.steps == STEPS
-    assert agg.clipped == 0
+    assert buckets_per_step(agg) == 1  # the model is one DDP bucket
     diff = td.compare(agg, gloo)
-    bound = rounding_bound(agg, FixedPoint.for_bound(1.0, WORLD))
+    bound = rounding_bound(agg)
     assert diff <= bound, (diff, bound)
     assert agg.accuracy[-1][2] == pytest.approx(gloo.accuracy[-1][2], abs=1 / 360)
     assert agg.accuracy[-1][2] > 0.5  # it learned (10 classes: chance is 0.1)
+
+
+def test_large_gradients_are_not_clipped(tmp_path: Path) -> None:
+    """Loss x 1000 with lr / 1000: the same SGD updates. Before, every gradient over 1.0
+    was clipped per worker, silently; now the bucket's scale follows its magnitude."""
+    args = ["--loss-scale", "1000", "--lr", str(LR / 1000)]
+    agg = train_agg(tmp_path, args)
+    gloo = train_all(tmp_path, "gloo", [args] * WORLD)
+    assert max(agg.grad_max) > 10, max(agg.grad_max)  # far past the old bound of 1.0
+    diff = td.compare(agg, gloo)
+    bound = rounding_bound(agg, LR / 1000)
+    assert diff <= bound, (diff, bound)
+    assert agg.accuracy[-1][2] == pytest.approx(gloo.accuracy[-1][2], abs=1 / 360)
+
+
+def test_grad_scaler_skips_the_same_steps_as_with_gloo(tmp_path: Path) -> None:
+    """AMP's GradScaler at 65,536, and rank 1's loss infinite at step 5: the hook delivers
+    inf/NaN to every rank as gloo does, so the scaler skips that step and halves its scale
+    on both; before, inf became +-1.0 and the scaler never saw the overflow. Several
+    buckets of unequal sizes (DDP's bucket_cap_mb), no size given to anything."""
+    args = ["--grad-scaler", "65536", "--inf-at", "5", "--bucket-cap-mb", "0.0005"]
+    agg = train_agg(tmp_path, args)
+    gloo = train_all(tmp_path, "gloo", [args] * WORLD)
+    assert buckets_per_step(agg) > 1
+    assert agg.nonfinite >= 1
+    assert agg.scales == gloo.scales, (agg.scales, gloo.scales)
+    assert agg.scales[5] == agg.scales[4] / 2  # the step skipped
+    diff = td.compare(agg, gloo)
+    assert diff <= rounding_bound(agg), diff

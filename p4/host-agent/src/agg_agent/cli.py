@@ -119,7 +119,14 @@ def parameter_server(
     ],
     job: Job = 1,
     bound: Bound = 1.0,
-    size: Size = 1024,
+    size: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Tensor elements per iteration; 0: a training job's PS (buckets of any "
+            "size, one line per step, until SIGTERM or SIGINT).",
+        ),
+    ] = 1024,
     iterations: Annotated[
         int, typer.Option(min=0, help="Iterations to complete; 0: until SIGTERM or SIGINT.")
     ] = 10,
@@ -148,7 +155,7 @@ def parameter_server(
     try:
         fixed = FixedPoint.for_bound(bound, len(addrs))
         ps = ParameterServer(
-            job, fixed, size, addrs, bind=_address(bind, "--bind"), run_id=run or None
+            job, fixed, size or None, addrs, bind=_address(bind, "--bind"), run_id=run or None
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
@@ -167,7 +174,10 @@ def parameter_server(
             }  # fmt: skip
             print(json.dumps(row), flush=True)
 
-        ps.run(iterations or None, linger=linger_s, deadline=deadline, each=say)
+        if size:
+            ps.run(iterations or None, linger=linger_s, deadline=deadline, each=say)
+        else:
+            ps.serve(each=say)
     finally:
         ps.close()
 
@@ -304,8 +314,20 @@ def train(
     bind: Annotated[str, typer.Option(help="agg: this worker's host:port.")] = (
         f"0.0.0.0:{UDP_PORT}"
     ),
-    bound: Annotated[float, typer.Option(min=0, help="agg: gradients clipped to +-bound.")] = 1.0,
     window: Annotated[int, typer.Option(min=1, help="agg: chunks in flight (<= pool).")] = 16,
+    deadline_s: Annotated[
+        float, typer.Option(min=0.1, help="agg: a bucket unfinished this long fails, naming who.")
+    ] = 10.0,
+    loss_scale: Annotated[
+        float, typer.Option(min=0, help="Multiply the loss (large gradients; lr / it).")
+    ] = 1.0,
+    grad_scaler: Annotated[
+        float, typer.Option(min=0, help="Train with AMP's GradScaler at this initial scale.")
+    ] = 0.0,
+    inf_at: Annotated[
+        int, typer.Option(help="Rank 1's loss infinite at this step; -1: never.")
+    ] = -1,
+    bucket_cap_mb: Annotated[float, typer.Option(min=0, help="DDP's bucket size; 0: its own.")] = 0,
     timeout_ms: Annotated[float, typer.Option(min=1, help="agg: retransmission timer.")] = 200,
     epochs: Annotated[int, typer.Option(min=1)] = 30,
     batch: Annotated[int, typer.Option(min=1, help="Examples per worker per step.")] = 32,
@@ -315,7 +337,7 @@ def train(
 ) -> None:
     """Train an MLP on scikit-learn's digits with DDP, the gradients all-reduced through
     the aggregation protocol (agg) or by gloo; print accuracy per epoch as JSON lines.
-    The parameter server for agg: `agg-agent ps --iterations 0 --size <parameters>`."""
+    The parameter server for agg: `agg-agent ps --size 0` (buckets of any size)."""
     from pathlib import Path
 
     from agg_agent import train_digits as td
@@ -329,12 +351,13 @@ def train(
         if not ps:
             raise typer.BadParameter("--ps: needed with --allreduce agg")
         hook_args = {
-            "job": job, "ps": _address(ps, "--ps"), "size": td.parameter_count(),
-            "bound": bound, "window": window, "bind": _address(bind, "--bind"),
-            "timeout_s": timeout_ms / 1000,
+            "job": job, "ps": _address(ps, "--ps"), "window": window,
+            "bind": _address(bind, "--bind"), "timeout_s": timeout_ms / 1000,
+            "deadline_s": deadline_s,
         }  # fmt: skip
     res = td.train(rank, world, _address(master, "--master", 29500), allreduce, epochs, batch,
-                   lr, max_steps or None, hook_args)  # fmt: skip
+                   lr, max_steps or None, hook_args, loss_scale, grad_scaler or None,
+                   None if inf_at < 0 else inf_at, bucket_cap_mb or None)  # fmt: skip
     for e, t, acc in res.accuracy:
         print(json.dumps({"role": "train", "rank": rank, "epoch": e, "seconds": t,
                           "accuracy": acc}), flush=True)  # fmt: skip

@@ -39,6 +39,7 @@ from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import (
     FLAG_ACK,
     FLAG_ECN_ECHO,
+    FLAG_END,
     FLAG_JOIN,
     FLAG_RETRANSMIT,
     LANES,
@@ -206,9 +207,21 @@ class Worker:
 
     def run_iteration(self, tensor: npt.ArrayLike) -> WorkerStats:
         """Send `tensor` and return when every chunk is acknowledged with its sum."""
+        q = self.fixed.to_fixed(np.ravel(np.asarray(tensor, dtype=np.float64)))
+        stats, sums = self.exchange(q)
+        stats.total = self.fixed.from_fixed(sums)
+        return stats
+
+    def exchange(
+        self, q: npt.NDArray[np.int32], end: bool = False
+    ) -> tuple[WorkerStats, npt.NDArray[np.int64]]:
+        """Send int32 values (every worker the same number, each its own) and return the
+        exact integer sums over every worker once every chunk is acknowledged. The caller
+        keeps every worker's sum within int32 (`FixedPoint`). `end`: the last chunk is
+        flagged as a step's last (FLAG_END: `ParameterServer.serve` reports a step then)."""
         if self.run_id is None:
             self.join()
-        q = self.fixed.to_fixed(np.ravel(np.asarray(tensor, dtype=np.float64)))
+        q = np.ravel(np.asarray(q, dtype=np.int32))
         chunks = chunk_count(q.size)
         padded = np.zeros(chunks * LANES, dtype=np.int32)
         padded[: q.size] = q
@@ -238,7 +251,8 @@ class Worker:
                 and len(sent_at) < limit
                 and time.perf_counter() >= self.last_send + gap
             ):
-                self.sock.sendto(self._packet(first + nxt, lanes[nxt], 0), self.target)
+                flag = FLAG_END if end and nxt == chunks - 1 else 0
+                self.sock.sendto(self._packet(first + nxt, lanes[nxt], flag), self.target)
                 sent_at[nxt], tries[nxt] = time.perf_counter(), 0
                 born[nxt] = sent_at[nxt]
                 self.last_send = sent_at[nxt]
@@ -251,7 +265,8 @@ class Worker:
                 late = self.deadline_s is not None and now - born[c] > self.deadline_s
                 if tries[c] > self.max_retries or late:
                     raise TimeoutError(self._stuck(first + c, now - born[c], missing.get(c)))
-                self.sock.sendto(self._packet(first + c, lanes[c], FLAG_RETRANSMIT), self.target)
+                flag = FLAG_RETRANSMIT | (FLAG_END if end and c == chunks - 1 else 0)
+                self.sock.sendto(self._packet(first + c, lanes[c], flag), self.target)
                 sent_at[c] = now
                 packets += 1
                 retrans += 1
@@ -309,10 +324,9 @@ class Worker:
             queues,
             wall,
             time.time(),
-            self.fixed.from_fixed(sums.reshape(-1)[: q.size]),
         )
         self.iteration += 1
-        return stats
+        return stats, sums.reshape(-1)[: q.size]
 
     def _stuck(self, index: int, waited: float, holds: int | None) -> str:
         """What stopped answering, for a chunk unacknowledged for `waited` seconds."""
@@ -584,7 +598,7 @@ class ParameterServer:
                     linger_until = time.perf_counter() + linger
 
     def serve(
-        self, retain: int = RETAIN, progress: Callable[[ServeStats], None] | None = None
+        self, retain: int = RETAIN, each: Callable[[IterationResult], None] | None = None
     ) -> ServeStats:
         """A training job's parameter server, until `stop()`: chunks of any number, each
         completed on its own (a bucket of any size is its chunks; no iteration size to
@@ -592,7 +606,9 @@ class ParameterServer:
         kept, to acknowledge again a chunk whose acknowledgement a worker lost (a worker
         is never more than its window, at most 65,535 chunks, behind). A job started again
         against it (its ranks join with new nonces) gets a new run; a job that stops
-        leaves it serving. `progress` is called about once a second while chunks complete."""
+        leaves it serving. `each` is called once per step, when every chunk up to one a
+        worker flagged as a step's last (FLAG_END) is complete, with the step's packets
+        (`total` is empty: a step is several exchanges of any sizes)."""
         if not 1 <= retain <= 1 << 20:
             raise ValueError(f"retain: {retain} outside 1..{1 << 20}")
         ring = np.zeros((retain, LANES), np.int64)
@@ -601,7 +617,9 @@ class ParameterServer:
         low = 0  # the oldest index not complete; indices count from `first_seq`
         done_ahead: set[int] = set()
         stats = ServeStats()
-        reported = time.monotonic()
+        step = IterationResult(0, np.zeros(0), 0.0)
+        step_start = time.perf_counter()
+        ends: set[int] = set()  # indices flagged as a step's last chunk
         while not self._stop:
             self.sock.settimeout(0.05)
             try:
@@ -621,6 +639,7 @@ class ParameterServer:
                     open_chunks.clear()
                     ring_idx[:] = -1
                     low, done_ahead = 0, set()
+                    ends.clear()
                     stats.runs = self.runs
                 continue
             if pkt.run != self.run_id:
@@ -647,8 +666,12 @@ class ParameterServer:
                 continue
             if pkt.is_aggregated:
                 stats.aggregated_packets += 1
+                step.aggregated_packets += 1
             else:
                 stats.raw_packets += 1
+                step.raw_packets += 1
+            if pkt.flags & FLAG_END:
+                ends.add(idx)
             ch.bitmap |= pkt.contributors
             ch.acc += np.asarray(pkt.values, np.int64)
             if ch.bitmap != self.all_mask:
@@ -661,18 +684,24 @@ class ParameterServer:
             done_ahead.add(idx)
             while low in done_ahead:
                 done_ahead.discard(low)
+                if low in ends:
+                    ends.discard(low)
+                    step.seconds = time.perf_counter() - step_start
+                    stats.steps += 1
+                    if each is not None:
+                        each(step)
+                    step = IterationResult(step.iteration + 1, np.zeros(0), 0.0)
+                    step_start = time.perf_counter()
                 low += 1
             self._ack(pkt.seq, self.all_mask, ch.acc, ch.queue, ch.ce)
             stats.chunks += 1
-            if progress is not None and time.monotonic() - reported >= 1.0:
-                reported = time.monotonic()
-                progress(stats)
         return stats
 
 
 @dataclass(slots=True)
 class ServeStats:
     chunks: int = 0  # chunks completed (all runs)
+    steps: int = 0  # steps completed (chunks flagged FLAG_END)
     aggregated_packets: int = 0
     raw_packets: int = 0
     duplicates: int = 0

@@ -21,6 +21,7 @@ FLAG_RETRANSMIT = 0x02
 FLAG_ACK = 0x04
 FLAG_ECN_ECHO = 0x08  # in an acknowledgement: its chunk arrived marked CE
 FLAG_JOIN = 0x10  # a worker asks the parameter server for its run; the answer also has ACK
+FLAG_END = 0x20  # the last chunk of a step's exchange: the PS reports a step when it is in
 
 _HEADER = struct.Struct("!HHBBBBIII")
 _VALUES = struct.Struct(f"!{LANES}i")

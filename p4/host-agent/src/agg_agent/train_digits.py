@@ -80,6 +80,12 @@ class Result:
     accuracy: list[tuple[int, float, float]] = field(default_factory=list)  # epoch, s, acc
     parameters: list[float] = field(default_factory=list)
     clipped: int = 0
+    # Per step: the largest |gradient| applied (after the all-reduce, unscaled), and with a
+    # GradScaler its scale after the step (it halves on a step with inf or NaN, skipped).
+    grad_max: list[float] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)
+    nonfinite: int = 0  # buckets the hook saw inf or NaN in
+    tops: list[int | None] = field(default_factory=list)  # the hook's agreed exponents
 
     def time_to(self, target: float) -> float | None:
         return next((t for _e, t, a in self.accuracy if a >= target), None)
@@ -95,8 +101,18 @@ def train(
     lr: float = 0.1,
     max_steps: int | None = None,
     hook_args: dict[str, Any] | None = None,
+    loss_scale: float = 1.0,
+    grad_scaler: float | None = None,
+    inf_at: int | None = None,
+    bucket_cap_mb: float | None = None,
 ) -> Result:
-    """Train; every rank returns the same Result (rank 0's evaluation)."""
+    """Train; every rank returns the same Result (rank 0's evaluation).
+
+    For the comparisons with gloo (docs/training.md): `loss_scale` multiplies the loss
+    (large gradients; give lr / loss_scale for the same updates); `grad_scaler` trains
+    with AMP's GradScaler at that initial scale; `inf_at` makes rank 1's loss infinite at
+    that step (its gradients inf and NaN); `bucket_cap_mb` sets DDP's bucket size (small
+    values give several buckets of unequal sizes)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -112,7 +128,8 @@ def train(
     hook = None
     try:
         net = model()
-        ddp = DDP(net)
+        ddp = DDP(net) if bucket_cap_mb is None else DDP(net, bucket_cap_mb=bucket_cap_mb)
+        scaler = torch.amp.GradScaler("cpu", init_scale=grad_scaler) if grad_scaler else None
         if allreduce == "agg":
             from agg_agent.torch_hook import AggregationHook
 
@@ -135,8 +152,20 @@ def train(
             for start in range(0, len(perm) - per_step + 1, per_step):
                 idx = perm[start + rank * batch : start + (rank + 1) * batch]
                 opt.zero_grad()
-                loss_fn(ddp(xtr_t[idx]), ytr_t[idx]).backward()
-                opt.step()
+                loss = loss_fn(ddp(xtr_t[idx]), ytr_t[idx]) * loss_scale
+                if inf_at is not None and res.steps == inf_at and rank == 1:
+                    loss = loss * float("inf")
+                if scaler is None:
+                    loss.backward()
+                    opt.step()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                    res.scales.append(float(scaler.get_scale()))
+                res.grad_max.append(
+                    max(float(p.grad.abs().max()) for p in net.parameters() if p.grad is not None)
+                )
                 res.steps += 1
                 if max_steps is not None and res.steps >= max_steps:
                     break
@@ -150,6 +179,8 @@ def train(
         res.seconds = elapsed
         res.parameters = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).tolist()
         res.clipped = hook.clipped if hook else 0
+        res.nonfinite = hook.nonfinite if hook else 0
+        res.tops = list(hook.tops) if hook else []
         dist.barrier()
         return res
     finally:
