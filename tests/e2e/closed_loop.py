@@ -431,8 +431,6 @@ class ClosedLoop:
         """The job's processes become a PyTorch DDP job on the same hosts and placement:
         `steps` steps of the digits MLP at `lr` (rank 0's result to `out`), every gradient
         bucket through the job's aggregation tree, wherever the service has put it."""
-        from agg_agent import train_digits as td
-
         self.stop_trainer()
         if "sink" not in self.procs:  # the background's receiver (`_train` starts it too)
             self.procs["sink"] = self.fabric.run(
@@ -442,8 +440,8 @@ class ClosedLoop:
         f, workers = self.fabric, list(WORKERS)
         ps = f.run(
             PS,
-            [*AGENT, "ps", "--iterations", "0", "--job", str(self.p4_job),
-             "--size", str(td.parameter_count()), "--bind", f"10.0.0.{PS}:{AGG_PORT}",
+            [*AGENT, "ps", "--size", "0", "--job", str(self.p4_job),
+             "--bind", f"10.0.0.{PS}:{AGG_PORT}",
              "--linger-s", str(3 * self.p.timeout_ms / 1000)]
             + [a for h in workers for a in ("--worker-addr", f"10.0.0.{h}:{AGG_PORT}")],
             stdout=subprocess.PIPE,

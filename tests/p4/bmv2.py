@@ -299,13 +299,20 @@ class Hosts:
                 raise TimeoutError(f"nothing listens on UDP {port} in host {i} after {timeout_s} s")
             time.sleep(0.05)
 
-    def run(self, i: int, argv: list[str]) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            ["ip", "netns", "exec", self.ns(i), *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    def run(self, i: int, argv: list[str], log: Path | None = None) -> subprocess.Popen[str]:
+        """`argv` in host `i`'s namespace; its output in pipes, or with `log` in that file
+        (a process that prints for hours must not block on a pipe nobody reads yet)."""
+        if log is None:
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.ns(i), *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        with log.open("w") as f:
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.ns(i), *argv], stdout=f, stderr=f, text=True
+            )
 
 
 def bottleneck(sw: Bmv2, port: int, dst_ip_last: int, rate: int, depth: int) -> None:

@@ -68,11 +68,15 @@ def run(
     job = {"agg": 7, "agg-off": 9}.get(mode)
     ps = None
     if job is not None:
+        # The PS prints a line a step: into a file, not a pipe read only at the end (a 64 KiB
+        # pipe filled at step 241 of 880 and the PS stopped acknowledging).
+        ps_log = out.with_suffix(".ps.log")
         ps = hosts.run(
             ps_host,
-            [*AGENT, "ps", "--iterations", "0", "--job", str(job), "--size",
-             str(td.parameter_count()), "--bind", f"10.0.0.{ps_host}:{UDP_PORT}"]
+            [*AGENT, "ps", "--size", "0", "--job", str(job),
+             "--bind", f"10.0.0.{ps_host}:{UDP_PORT}"]
             + [a for w in range(workers) for a in ("--worker-addr", f"10.0.0.{w + 1}:{UDP_PORT}")],
+            log=ps_log,
         )  # fmt: skip
         hosts.wait_udp_listening(ps_host, UDP_PORT, ps)
     procs = []
@@ -102,9 +106,10 @@ def run(
                 raise RuntimeError(f"{mode}: a worker failed: {err[-3000:]}")
         if ps is not None:
             ps.terminate()
-            pout, perr = ps.communicate(timeout=120)
+            ps.wait(timeout=120)
+            pout = ps_log.read_text()
             if ps.returncode != 0:
-                raise RuntimeError(f"{mode}: the PS failed: {perr[-2000:]}")
+                raise RuntimeError(f"{mode}: the PS failed: {pout[-2000:]}")
             rows = [json.loads(ln) for ln in pout.splitlines() if ln.startswith("{")]
     finally:
         for p in [*procs, *([ps] if ps else [])]:
