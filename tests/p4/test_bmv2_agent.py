@@ -39,9 +39,10 @@ def hosts() -> Iterator[bmv2.Hosts]:
             yield h
 
 
-def run_job(hosts: bmv2.Hosts, job: int) -> tuple[list[dict], list[list[dict]]]:
+def run_job(hosts: bmv2.Hosts, job: int, first_seq: int = 0) -> tuple[list[dict], list[list[dict]]]:
     """The PS's rows per iteration, and each worker's."""
-    common = ["--job", str(job), "--size", str(SIZE), "--iterations", str(ITERATIONS)]
+    common = ["--job", str(job), "--size", str(SIZE), "--iterations", str(ITERATIONS),
+              "--first-seq", str(first_seq)]  # fmt: skip
     ps = hosts.run(
         PS,
         [*AGENT, "ps", *common, "--bind", f"10.0.0.{PS}:{UDP_PORT}"]
@@ -86,11 +87,17 @@ def expected_heads() -> list[np.ndarray]:
     return [sum(r.uniform(-1.0, 1.0, SIZE) for r in rngs)[:4] for _ in range(ITERATIONS)]
 
 
-@pytest.mark.parametrize(("job", "aggregated"), [(7, True), (9, False)])
+@pytest.mark.parametrize(
+    ("job", "aggregated", "first_seq"),
+    [(7, True, 0), (9, False, 0), (7, True, 2**32 - 10)],
+    ids=["aggregated", "raw", "across-the-wrap"],
+)
 def test_iterations_complete_with_the_exact_sum(
-    hosts: bmv2.Hosts, job: int, aggregated: bool
+    hosts: bmv2.Hosts, job: int, aggregated: bool, first_seq: int
 ) -> None:
-    results, worker_rows = run_job(hosts, job)
+    """`across-the-wrap`: 7 chunks an iteration from seq 2^32 - 10: the second iteration
+    crosses 2^32 - 1 -> 0 in bmv2's registers, which compare seqs modulo 2^32."""
+    results, worker_rows = run_job(hosts, job, first_seq)
     chunks = -(-SIZE // LANES)
     bound = FixedPoint.for_bound(1.0, WORKERS).error_bound
     assert [r["iteration"] for r in results] == list(range(ITERATIONS))

@@ -72,6 +72,41 @@ def test_reconcile_resubmits_intents_onos_lost(
     onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
 
 
+def test_an_intent_changed_inside_onos_is_put_back_by_reconcile(
+    onos_real: onosd.OnosServer, onos_service: TestClient
+) -> None:
+    """Another writer replaces one of our intents under our key (no waypoints, another
+    priority): reconcile compares what ONOS holds (`?detail=true`) with the desired body and
+    submits it again; a second reconcile finds nothing to do (ONOS's encoding of an intent
+    we sent reads as equal: no churn)."""
+    from agg_optimizer.service.onos import intent_shape
+
+    app_id = "org.innetagg.optimizer"
+    assert onos_service.post("/api/v1/jobs", json=job(onos_real, "j4")).status_code == 201
+    assert onos_service.post("/api/v1/jobs/j4/placement").json()["status"] == "applied"
+    again = onos_service.post("/api/v1/reconcile").json()
+    assert "j4" not in again["repaired"], again  # what ONOS holds equals what we sent
+    svc = onos_service.app.state.service  # type: ignore[attr-defined]
+    want = {k: intent_shape(b) for k, b in svc.store.desired("j4")["j4"]["bodies"].items()}
+    key = sorted(want)[0]
+    body = dict(svc.store.desired("j4")["j4"]["bodies"][key])
+    body["constraints"], body["priority"] = [], 12345
+    r = onos_real.request("POST", "/intents", json=body)
+    assert r.status_code in (200, 201), r.text
+
+    def held() -> dict:
+        url = f"/intents/application/{app_id}?detail=true"
+        return {i["key"]: i for i in onos_real.get(url)["intents"]}
+
+    onosd.wait_for(lambda: held()[key].get("priority") == 12345, 60, "the foreign change")
+    r = onos_service.post("/api/v1/reconcile").json()
+    assert "j4" in r["repaired"] and key in r["resubmitted"], r
+    onosd.wait_for(lambda: intent_shape(held()[key]) == want[key], 60, "our intent back")
+    assert onos_service.post("/api/v1/reconcile").json()["repaired"] == []
+    assert onos_service.delete("/api/v1/jobs/j4").status_code == 200
+    onosd.wait_for(lambda: not onos_real.get(f"/intents/application/{app_id}")["intents"])
+
+
 def test_scheduled_classes_reach_onos_and_leave_with_the_job(
     onos_real: onosd.OnosServer, real_onos_settings: Any
 ) -> None:

@@ -34,6 +34,12 @@ Bound = Annotated[
 ]
 Size = Annotated[int, typer.Option(min=1, help="Tensor elements per iteration.")]
 Iterations = Annotated[int, typer.Option(min=1)]
+FirstSeq = Annotated[
+    int,
+    typer.Option(
+        min=0, max=0xFFFFFFFF, help="The job's first sequence number (all its ends the same)."
+    ),
+]
 
 
 @app.command()
@@ -79,6 +85,7 @@ def worker(
     ecn: Annotated[
         bool, typer.Option(help="Send ECN-capable packets (on by default with --cc dctcp).")
     ] = False,
+    first_seq: FirstSeq = 0,
 ) -> None:
     """Send random tensors in [-bound, bound] (seeded) for `iterations` iterations."""
     if cc not in congestion.SCHEMES:
@@ -100,6 +107,7 @@ def worker(
             bind=_address(bind, "--bind"),
             controller=congestion.make(cc, window, **extra),
             ecn=ecn or cc == "dctcp",
+            first_seq=first_seq,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
@@ -149,14 +157,16 @@ def parameter_server(
             "one at random (a restarted job then never meets its killed run's chunks).",
         ),
     ] = 0,
+    first_seq: FirstSeq = 0,
 ) -> None:
     """Complete `iterations` iterations from aggregated and raw packets; print their stats."""
     addrs = [_address(a, f"--worker-addr[{i}]") for i, a in enumerate(worker_addr)]
     try:
         fixed = FixedPoint.for_bound(bound, len(addrs))
         ps = ParameterServer(
-            job, fixed, size or None, addrs, bind=_address(bind, "--bind"), run_id=run or None
-        )
+            job, fixed, size or None, addrs, bind=_address(bind, "--bind"), run_id=run or None,
+            first_seq=first_seq,
+        )  # fmt: skip
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     # --iterations 0: until SIGTERM or SIGINT (a training job's PS: one iteration a bucket)
