@@ -403,7 +403,9 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
             svc.start_scheduler()
         yield
         svc.stop_loop()
-        svc.ownership.stop(release=False)  # replicas share it; unrenewed, it expires
+        # A clean stop lets go of the claim (another database may take this ONOS over at
+        # once); replicas of this database claim it again within a third of its TTL.
+        svc.ownership.stop(release=True)
         svc.lease.stop()
 
     app = FastAPIOffline(

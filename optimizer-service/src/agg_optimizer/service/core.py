@@ -148,7 +148,7 @@ class Service:
 
     def close(self) -> None:
         self.stop_loop()
-        self.ownership.stop(release=False)
+        self.ownership.stop(release=True)
         self.lease.stop()
         self.flush_decisions(10.0)
         self.influx.close()
