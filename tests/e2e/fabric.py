@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,34 +324,8 @@ class Fabric:
             if sw.proc is not None:
                 sw.proc.terminate()
                 sw.proc.wait(10)
-        # ONOS 2.7 keeps a device that connected with a pipeconf bound to it, and builds its
-        # driver from the basic netcfg: a device listed without one cannot be encoded, and
-        # GET /devices answers 404 ("pipeconf-merged driver was not found") for the rest of
-        # the session. Removing the netcfg first leaves the device so; removing the device
-        # first while the netcfg has a management address makes ONOS register it again at
-        # once, and it is left so when the netcfg goes after. So the basic netcfg becomes the
-        # plain bmv2 driver without an address (nothing to connect to), then the devices go,
-        # then the netcfg, and ONOS is asked until it lists none of them.
-        ours = [sw.device for sw in self.switches.values()]
-
-        def gone() -> bool:
-            for dev in ours:
-                self.onos.request(
-                    "POST",
-                    "/network/configuration",
-                    json={"devices": {dev: {"basic": {"driver": "bmv2"}}}},
-                )
-            for dev in ours:
-                self.onos.request("DELETE", f"/devices/{dev}")
-            time.sleep(1.0)
-            for dev in ours:
-                self.onos.request("DELETE", f"/network/configuration/devices/{dev}")
-            time.sleep(1.0)
-            r = self.onos.request("GET", "/devices")
-            return r.status_code == 200 and not set(ours) & {d["id"] for d in r.json()["devices"]}
-
         try:
-            onosd.wait_for(gone, 300, f"{sorted(ours)} removed from ONOS")
+            self.onos.remove_devices([sw.device for sw in self.switches.values()])
         finally:
             for h in self.hosts:
                 subprocess.run(["ip", "netns", "del", self.ns(h)], capture_output=True)

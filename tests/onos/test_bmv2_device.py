@@ -104,32 +104,11 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
         onos_real.request("DELETE", f"/network/configuration/apps/{INT_APP}")
         for p in ports.values():
             p.close()
-        # The device goes before its netcfg: without the netcfg ONOS cannot build the
-        # pipeconf's merged driver of a device it still lists, and GET /devices answers 404.
-        # And while bmv2 still runs: once it is gone, ONOS relinquishes mastership of the
-        # unreachable device, and a removal in that window did nothing (seen once: no
-        # "administratively removed", the device stayed listed without its netcfg).
-        for _ in range(3):
-            onos_real.request("DELETE", f"/devices/{DEVICE}")
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if onos_real.request("GET", f"/devices/{DEVICE}").status_code == 404:
-                    break
-                time.sleep(0.3)
-            else:
-                continue
-            break
-        proc.terminate()
-        proc.wait(10)
-        onos_real.request("DELETE", f"/network/configuration/devices/{DEVICE}")
-        onosd.wait_for(
-            lambda: (
-                onos_real.request("GET", "/devices").status_code == 200
-                and DEVICE not in {d["id"] for d in onos_real.get("/devices")["devices"]}
-            ),
-            30,
-            "the device gone and /devices answering",
-        )
+        try:
+            onos_real.remove_devices([DEVICE])  # before bmv2 stops: it is mastered meanwhile
+        finally:
+            proc.terminate()
+            proc.wait(10)
         for i in (1, 2):
             subprocess.run(["ip", "link", "del", f"iat1s{i}"], capture_output=True)
 

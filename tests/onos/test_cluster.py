@@ -310,11 +310,11 @@ def bmv2_device(onos_cluster: cluster.OnosCluster, tmp_path_factory) -> Iterator
         for p in ports.values():
             p.close()
         live = next((n for n in onos_cluster.nodes if n.proc is not None), None)
-        if live is not None:
-            live.request("DELETE", f"/devices/{BMV2}")
-        children.stop(proc, timeout_s=10)
-        if live is not None:
-            live.request("DELETE", f"/network/configuration/devices/{BMV2}")
+        try:
+            if live is not None:
+                live.remove_devices([BMV2])
+        finally:
+            children.stop(proc, timeout_s=10)
         for i in (1, 2):
             subprocess.run(["ip", "link", "del", f"iac1s{i}"], capture_output=True)
 
