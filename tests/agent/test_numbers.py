@@ -1,6 +1,6 @@
-"""The hook's numbers (agg_agent.torch_hook) without processes: per bucket the ranks agree
-on the largest exponent, so any finite magnitude is summed without clipping within the
-rounding bound relative to the bucket's largest value; inf and NaN come out as IEEE
+"""The hook's numbers (agg_agent.torch_hook) without processes: per block of 256 values the
+ranks agree on a scale, so any finite magnitude is summed without clipping within the
+rounding bound relative to its block's largest value; inf and NaN come out as IEEE
 addition gives them. Ranks are threads over real UDP with the parameter server's `serve`
 (buckets of any size) behind the switch model."""
 
@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agg_agent import blockfloat as bf
 from agg_agent.endpoints import ParameterServer
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch
@@ -81,26 +82,31 @@ def job2() -> Iterator[Job]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    n=st.integers(1, 200),
+    n=st.integers(1, 700),
     exp=st.integers(-140, 100),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_any_magnitude_is_summed_within_the_bound_relative_to_the_bucket(
+def test_any_magnitude_is_summed_within_the_bound_relative_to_its_block(
     job2: Job, n: int, exp: int, seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
-    xs = [rng.standard_normal(n) * 2.0**exp * rng.choice([1e-6, 1.0, 1e3], n) for _ in range(2)]
+    # magnitudes 2^exp apart by up to 1e9 within a bucket, a block of 1e-6 beside one of 1e3
+    span = np.repeat(rng.choice([1e-6, 1.0, 1e3], bf.blocks(n)), bf.BLOCK)[:n]
+    xs = [rng.standard_normal(n) * 2.0**exp * span * rng.choice([1.0, 1e-3], n) for _ in range(2)]
     got = job2.allreduce(xs)
     exact = xs[0] + xs[1]  # two float64 summands: IEEE's sum is the nearest double
-    top = job2.hooks[0].tops[-1]
-    assert all(h.tops[-1] == top for h in job2.hooks)  # every rank agreed
-    assert top is not None and max(np.abs(x).max() for x in xs) < 2.0**top
-    bound = error_bound(top, 2)
+    tops = job2.hooks[0].last_tops
+    assert all(np.array_equal(h.last_tops, tops) for h in job2.hooks)  # every rank agreed
+    bounds = job2.hooks[0].last_bounds()
     for g in got:
         assert np.array_equal(g, got[0])  # every rank the same numbers
-        assert np.max(np.abs(g - exact)) <= bound * (1 + 1e-12), (top, bound)
-    # relative to the bucket's largest magnitude: W * 2^(ceil(log2 W) - 30) at most
-    assert bound <= 2 * 2.0 ** (1 - 30) * max(np.abs(x).max() for x in xs)
+        assert np.all(np.abs(g - exact) <= bounds * (1 + 1e-12))
+    # relative to each block's largest magnitude: blockfloat.relative_bound(2) at most
+    largest = np.zeros(bf.blocks(n) * bf.BLOCK)
+    largest[:n] = np.maximum(np.abs(xs[0]), np.abs(xs[1]))
+    largest = np.repeat(largest.reshape(-1, bf.BLOCK).max(axis=1), bf.BLOCK)[:n]
+    assert np.all(bounds <= bf.relative_bound(2) * largest)
+    assert job2.hooks[0].tops[-1] == tops.max()  # the bucket's: a bound for all of it
 
 
 def test_inf_and_nan_come_out_as_ieee_addition(job2: Job) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 HIDDEN = 64
 SEED = 0
@@ -86,9 +87,73 @@ class Result:
     scales: list[float] = field(default_factory=list)
     nonfinite: int = 0  # buckets the hook saw inf or NaN in
     tops: list[int | None] = field(default_factory=list)  # the hook's agreed exponents
+    values_sent: int = 0  # values the hook sent (blocks zero on every rank are not)
+    # With `check_gloo`: per bucket, the hook's all-reduced (averaged) gradient against
+    # gloo's all-reduce of the same local gradients: the largest |hook - gloo| as a share of
+    # the tolerance (`GlooCheck`; <= 1 everywhere, or `check_over` counts the elements),
+    # and the largest |hook - gloo| relative to its block's largest |gradient|.
+    check_ratio: list[float] = field(default_factory=list)
+    check_relative: list[float] = field(default_factory=list)
+    check_over: int = 0
 
     def time_to(self, target: float) -> float | None:
         return next((t for _e, t, a in self.accuracy if a >= target), None)
+
+
+class GlooCheck:
+    """A comm hook around the aggregation hook that also all-reduces every bucket with gloo
+    (the same local gradients) and compares, element by element, on every rank. Tolerance:
+    the hook's rounding bound (per block, `AggregationHook.last_bounds`) / W, plus float32's
+    own roundings (gloo's sum of W values, up to (W-1) * 2^-24 * sum|x| / W, and the cast
+    of either result, half an ulp each); inf and NaN must be where gloo has them."""
+
+    def __init__(self, hook: Any, world: int, res: Result) -> None:
+        self.hook, self.world, self.res = hook, world, res
+        self.__name__ = self.__qualname__ = "aggregation_hook_checked_against_gloo"
+
+    def __call__(self, state, bucket):  # type: ignore[no-untyped-def]
+        import torch
+        import torch.distributed as dist
+
+        local = bucket.buffer().detach().clone()
+        fut = self.hook(state, bucket)
+        got = fut.value().detach().reshape(-1).to(torch.float64).numpy()
+        ref_t, mag_t = local.clone(), local.abs()
+        dist.all_reduce(ref_t)
+        dist.all_reduce(mag_t)
+        ref = (ref_t / self.world).reshape(-1).to(torch.float64).numpy()
+        mag = mag_t.reshape(-1).to(torch.float64).numpy()
+        w, eps = self.world, 2.0**-24
+        both = np.isfinite(got) & np.isfinite(ref)
+        same_special = all(
+            np.array_equal(f(got), f(ref)) for f in (np.isnan, np.isposinf, np.isneginf)
+        )
+        diff = np.abs(got - ref)[both]
+        tol = (
+            self.hook.last_bounds()[both] / w
+            + eps * (np.abs(got[both]) + np.abs(ref[both]))
+            + (w - 1) * eps * mag[both] / w
+            + 1e-300
+        )
+        self.res.check_over += int(np.count_nonzero(diff > tol)) + (0 if same_special else 1)
+        self.res.check_ratio.append(float(np.max(diff / tol, initial=0.0)))
+        x = local.reshape(-1).to(torch.float64).numpy()
+        biggest = np.where(np.isfinite(x), np.abs(x), 0.0)
+        t = torch.from_numpy(biggest)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        block = _block_max(t.numpy())[both]
+        rel = diff / np.where(block > 0, block / w, 1.0)
+        self.res.check_relative.append(float(np.max(rel, initial=0.0)))
+        return fut
+
+
+def _block_max(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Per element, the largest value of its block (`blockfloat.BLOCK` values a block)."""
+    from agg_agent.blockfloat import BLOCK, blocks
+
+    pad = np.zeros(blocks(x.size) * BLOCK)
+    pad[: x.size] = x
+    return np.repeat(pad.reshape(-1, BLOCK).max(axis=1), BLOCK)[: x.size]
 
 
 def train(
@@ -105,6 +170,7 @@ def train(
     grad_scaler: float | None = None,
     inf_at: int | None = None,
     bucket_cap_mb: float | None = None,
+    check_gloo: bool = False,
 ) -> Result:
     """Train; every rank returns the same Result (rank 0's evaluation).
 
@@ -112,7 +178,8 @@ def train(
     (large gradients; give lr / loss_scale for the same updates); `grad_scaler` trains
     with AMP's GradScaler at that initial scale; `inf_at` makes rank 1's loss infinite at
     that step (its gradients inf and NaN); `bucket_cap_mb` sets DDP's bucket size (small
-    values give several buckets of unequal sizes)."""
+    values give several buckets of unequal sizes); `check_gloo` compares every bucket's
+    all-reduce with gloo's (`GlooCheck`)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -130,11 +197,12 @@ def train(
         net = model()
         ddp = DDP(net) if bucket_cap_mb is None else DDP(net, bucket_cap_mb=bucket_cap_mb)
         scaler = torch.amp.GradScaler("cpu", init_scale=grad_scaler) if grad_scaler else None
+        res = Result(allreduce, world, 0, 0, 0.0)
         if allreduce == "agg":
             from agg_agent.torch_hook import AggregationHook
 
             hook = AggregationHook.create(rank, world, **(hook_args or {}))
-            ddp.register_comm_hook(None, hook)
+            ddp.register_comm_hook(None, GlooCheck(hook, world, res) if check_gloo else hook)
         elif allreduce != "gloo":
             raise ValueError(f"allreduce: 'agg' or 'gloo', got {allreduce!r}")
         xtr, ytr, xte, yte = dataset()
@@ -144,7 +212,6 @@ def train(
         loss_fn = torch.nn.CrossEntropyLoss()
         per_step = batch * world
         order = np.random.default_rng(SEED)
-        res = Result(allreduce, world, 0, 0, 0.0)
         elapsed = 0.0
         for epoch in range(epochs):
             perm = order.permutation(len(xtr))
@@ -181,6 +248,7 @@ def train(
         res.clipped = hook.clipped if hook else 0
         res.nonfinite = hook.nonfinite if hook else 0
         res.tops = list(hook.tops) if hook else []
+        res.values_sent = hook.values_sent if hook else 0
         dist.barrier()
         return res
     finally:
