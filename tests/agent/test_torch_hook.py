@@ -175,3 +175,19 @@ def test_four_ranks_with_large_gradients_match_gloo_step_by_step(tmp_path: Path)
     diff = td.compare(agg, gloo)
     assert diff <= rounding_bound(agg, LR / 1000, world=4), diff
     assert agg.accuracy[-1][2] == pytest.approx(gloo.accuracy[-1][2], abs=1 / 360)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_gradients_match_gloo_step_by_step(tmp_path: Path, dtype: str) -> None:
+    """A model in bfloat16 or float16 (its gradients, so DDP's buckets, of that type), rank
+    1's loss infinite at the last step: every bucket equals gloo's all-reduce within the
+    type's own rounding, inf and NaN where gloo has them (no scaler: the parameters go NaN
+    on both runs alike at that step)."""
+    steps = 8
+    args = ["--dtype", dtype, "--inf-at", str(steps - 1), "--lr", "0.05"]
+    agg = train_agg(tmp_path, [*args, "--check-gloo"], steps)
+    gloo = train_all(tmp_path, "gloo", [args] * WORLD, steps)
+    assert agg.nonfinite >= 1
+    assert len(agg.check_ratio) == steps and agg.check_over == 0, agg.check_ratio
+    a, g = np.array(agg.parameters), np.array(gloo.parameters)
+    assert np.array_equal(np.isnan(a), np.isnan(g)) and np.isnan(a).any()

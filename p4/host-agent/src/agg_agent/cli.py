@@ -339,6 +339,9 @@ def train(
     ] = -1,
     bucket_cap_mb: Annotated[float, typer.Option(min=0, help="DDP's bucket size; 0: its own.")] = 0,
     timeout_ms: Annotated[float, typer.Option(min=1, help="agg: retransmission timer.")] = 200,
+    dtype: Annotated[
+        str, typer.Option(help="The model's type: float32, bfloat16 or float16.")
+    ] = "float32",
     check_gloo: Annotated[
         bool, typer.Option(help="agg: compare every bucket with gloo's all-reduce too.")
     ] = False,
@@ -371,7 +374,7 @@ def train(
     res = td.train(rank, world, _address(master, "--master", 29500), allreduce, epochs, batch,
                    lr, max_steps or None, hook_args, loss_scale, grad_scaler or None,
                    None if inf_at < 0 else inf_at, bucket_cap_mb or None,
-                   check_gloo and allreduce == "agg")  # fmt: skip
+                   check_gloo and allreduce == "agg", dtype)  # fmt: skip
     for e, t, acc in res.accuracy:
         print(json.dumps({"role": "train", "rank": rank, "epoch": e, "seconds": t,
                           "accuracy": acc}), flush=True)  # fmt: skip

@@ -103,9 +103,10 @@ class Result:
 class GlooCheck:
     """A comm hook around the aggregation hook that also all-reduces every bucket with gloo
     (the same local gradients) and compares, element by element, on every rank. Tolerance:
-    the hook's rounding bound (per block, `AggregationHook.last_bounds`) / W, plus float32's
-    own roundings (gloo's sum of W values, up to (W-1) * 2^-24 * sum|x| / W, and the cast
-    of either result, half an ulp each); inf and NaN must be where gloo has them."""
+    the hook's rounding bound (per block, `AggregationHook.last_bounds`) / W, plus the
+    roundings of the buckets' type (gloo's sum of W values, up to (W-1) * u * sum|x| / W
+    with u half its ulp, and the cast of either result, half an ulp each); inf and NaN
+    must be where gloo has them."""
 
     def __init__(self, hook: Any, world: int, res: Result) -> None:
         self.hook, self.world, self.res = hook, world, res
@@ -123,7 +124,8 @@ class GlooCheck:
         dist.all_reduce(mag_t)
         ref = (ref_t / self.world).reshape(-1).to(torch.float64).numpy()
         mag = mag_t.reshape(-1).to(torch.float64).numpy()
-        w, eps = self.world, 2.0**-24
+        # half an ulp, relative, of the buckets' type: 2^-24 float32, 2^-8 bfloat16
+        w, eps = self.world, float(torch.finfo(local.dtype).eps) / 2
         both = np.isfinite(got) & np.isfinite(ref)
         same_special = all(
             np.array_equal(f(got), f(ref)) for f in (np.isnan, np.isposinf, np.isneginf)
@@ -171,6 +173,7 @@ def train(
     inf_at: int | None = None,
     bucket_cap_mb: float | None = None,
     check_gloo: bool = False,
+    dtype: str = "float32",
 ) -> Result:
     """Train; every rank returns the same Result (rank 0's evaluation).
 
@@ -179,7 +182,8 @@ def train(
     with AMP's GradScaler at that initial scale; `inf_at` makes rank 1's loss infinite at
     that step (its gradients inf and NaN); `bucket_cap_mb` sets DDP's bucket size (small
     values give several buckets of unequal sizes); `check_gloo` compares every bucket's
-    all-reduce with gloo's (`GlooCheck`)."""
+    all-reduce with gloo's (`GlooCheck`); `dtype` ("float32", "bfloat16", "float16") is the
+    model's, so its gradients (the buckets) are of that type."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -194,7 +198,10 @@ def train(
     )
     hook = None
     try:
-        net = model()
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype: 'float32', 'bfloat16' or 'float16', got {dtype!r}")
+        torch_dtype = getattr(torch, dtype)
+        net = model().to(torch_dtype)
         ddp = DDP(net) if bucket_cap_mb is None else DDP(net, bucket_cap_mb=bucket_cap_mb)
         scaler = torch.amp.GradScaler("cpu", init_scale=grad_scaler) if grad_scaler else None
         res = Result(allreduce, world, 0, 0, 0.0)
@@ -206,8 +213,8 @@ def train(
         elif allreduce != "gloo":
             raise ValueError(f"allreduce: 'agg' or 'gloo', got {allreduce!r}")
         xtr, ytr, xte, yte = dataset()
-        xtr_t, ytr_t = torch.from_numpy(xtr), torch.from_numpy(ytr)
-        xte_t, yte_t = torch.from_numpy(xte), torch.from_numpy(yte)
+        xtr_t, ytr_t = torch.from_numpy(xtr).to(torch_dtype), torch.from_numpy(ytr)
+        xte_t, yte_t = torch.from_numpy(xte).to(torch_dtype), torch.from_numpy(yte)
         opt = torch.optim.SGD(ddp.parameters(), lr=lr)
         loss_fn = torch.nn.CrossEntropyLoss()
         per_step = batch * world
@@ -244,7 +251,9 @@ def train(
             if max_steps is not None and res.steps >= max_steps:
                 break
         res.seconds = elapsed
-        res.parameters = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).tolist()
+        res.parameters = (
+            torch.cat([p.detach().reshape(-1) for p in net.parameters()]).float().tolist()
+        )
         res.clipped = hook.clipped if hook else 0
         res.nonfinite = hook.nonfinite if hook else 0
         res.tops = list(hook.tops) if hook else []
