@@ -25,6 +25,7 @@ acknowledgement only, so it never applies a partial or a duplicated sum:
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import socket
 import time
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from agg_agent import native
 from agg_agent.congestion import Controller, FixedWindow, pacing_gap
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import (
@@ -102,6 +104,7 @@ class Worker:
         ecn: bool = False,
         deadline_s: float | None = None,
         first_seq: int = 0,
+        datapath: str | None = None,
     ) -> None:
         """`window` is the job's pool of slots at every switch (chunks in flight never
         exceed it); `controller` (agg_agent.congestion) sets how many of them may be in
@@ -110,7 +113,9 @@ class Worker:
         `timeout` until acknowledged, at most `max_retries` times and for at most
         `deadline_s` seconds (None: no deadline), then the iteration fails naming what
         stopped answering: the ranks the parameter server still waits for, or the PS.
-        `first_seq`: the sequence number of the first chunk (tests start near the wrap)."""
+        `first_seq`: the sequence number of the first chunk (tests start near the wrap).
+        `datapath`: 'native' (agg_agent.native, C), 'python' or 'auto' (None: AGG_DATAPATH,
+        else auto); the C loop runs the fixed window, other controllers run in Python."""
         if not 0 <= worker_id < fixed.workers:
             raise ValueError(f"worker_id: {worker_id} outside 0..{fixed.workers - 1}")
         if not 1 <= window <= 0xFFFF:
@@ -139,6 +144,9 @@ class Worker:
         self.run_id: int | None = None  # the parameter server's run, once joined
         self.srtt: float | None = None  # smoothed round trip of first transmissions (s)
         self.last_send = -math.inf  # perf_counter of the last send: pacing spans iterations
+        self.datapath = (
+            native.choose(datapath) if isinstance(self.controller, FixedWindow) else "python"
+        )
 
     def close(self) -> None:
         self.sock.close()
@@ -222,6 +230,8 @@ class Worker:
         if self.run_id is None:
             self.join()
         q = np.ravel(np.asarray(q, dtype=np.int32))
+        if self.datapath == "native":
+            return self._exchange_native(q, end)
         chunks = chunk_count(q.size)
         padded = np.zeros(chunks * LANES, dtype=np.int32)
         padded[: q.size] = q
@@ -328,6 +338,32 @@ class Worker:
         self.iteration += 1
         return stats, sums.reshape(-1)[: q.size]
 
+    def _exchange_native(
+        self, q: npt.NDArray[np.int32], end: bool
+    ) -> tuple[WorkerStats, npt.NDArray[np.int64]]:
+        """`exchange` through the C loop (agg_agent.native): the same packets and rules."""
+        first, wall = self.next_index, time.time()
+        packets, retrans, seconds, sums, out = native.exchange(self, q, end)
+        if out.fail == 1:
+            holds = None if out.fail_holds < 0 else int(out.fail_holds)
+            raise TimeoutError(self._stuck(first + out.fail_chunk, out.fail_waited, holds))
+        if out.fail == 2:
+            raise ConnectionResetError(
+                f"job {self.job_id}: the parameter server at {self.target[0]}:"
+                f"{self.target[1]} is in run {out.reset_run}, not this worker's {self.run_id} "
+                "(it restarted): this iteration's sums are gone"
+            )
+        if out.fail:
+            raise OSError(out.fail_errno, f"job {self.job_id}: {os.strerror(out.fail_errno)}")
+        self.next_index = first + chunk_count(q.size)
+        queues = {k: int(v) for k, v in enumerate(out.queue_counts) if v}
+        stats = WorkerStats(
+            self.iteration, seconds, packets, retrans, float(self.window),
+            max(queues, default=0), queues, wall, time.time(),
+        )  # fmt: skip
+        self.iteration += 1
+        return stats, sums
+
     def _stuck(self, index: int, waited: float, holds: int | None) -> str:
         """What stopped answering, for a chunk unacknowledged for `waited` seconds."""
         where = f"the parameter server at {self.target[0]}:{self.target[1]}"
@@ -373,12 +409,14 @@ class ParameterServer:
         bind: Address = ("127.0.0.1", 0),
         run_id: int | None = None,
         first_seq: int = 0,
+        datapath: str | None = None,
     ) -> None:
         """`run_id`: this server's run number (1..2^32-1); None draws one at random, so that
         a job restarted with a new PS never meets its killed run's chunks (1 in 2^32 that
         it draws the same). `size`: elements per iteration, or None: chunks of any
         number, each completed on its own (a training job's buckets of any size; the
-        iterations then count chunks). `first_seq`: the job's first sequence number."""
+        iterations then count chunks). `first_seq`: the job's first sequence number.
+        `datapath`: for `serve`, as `Worker`'s (`run` is Python's)."""
         if run_id is not None and not 0 < run_id <= 0xFFFFFFFF:
             raise ValueError(f"run_id: {run_id} outside 1..{0xFFFFFFFF}")
         if len(workers) != fixed.workers:
@@ -401,6 +439,7 @@ class ParameterServer:
         self.runs = 1  # runs served: a job started again against this PS starts a new one
         self._nonces: dict[int, int] = {}  # rank -> the nonce it joined this run with
         self._new_run = False
+        self.datapath = native.choose(datapath)
 
     def close(self) -> None:
         self.sock.close()
@@ -611,6 +650,8 @@ class ParameterServer:
         (`total` is empty: a step is several exchanges of any sizes)."""
         if not 1 <= retain <= 1 << 20:
             raise ValueError(f"retain: {retain} outside 1..{1 << 20}")
+        if self.datapath == "native":
+            return native.serve(self, retain, each)
         ring = np.zeros((retain, LANES), np.int64)
         ring_idx = np.full(retain, -1, np.int64)
         open_chunks: dict[int, _Chunk] = {}

@@ -112,8 +112,8 @@ class AggregationHook:
             deadline_s=deadline_s,
         )  # fmt: skip
         log.info(
-            "AggregationHook: rank %d of %d, job %d, PS %s:%d, Python data path",
-            rank, world_size, job, *ps,
+            "AggregationHook: rank %d of %d, job %d, PS %s:%d, %s data path",
+            rank, world_size, job, *ps, "C" if w.datapath == "native" else "Python",
         )  # fmt: skip
         return cls(w, world_size)
 

@@ -1,0 +1,253 @@
+"""The host data path in C (`datapath.c`), for `Worker.exchange` and
+`ParameterServer.serve`: the same protocol as their Python code, with batched socket calls.
+
+Built with the machine's C compiler (`$CC`, or `cc`) on first use, into `__pycache__` beside
+the source or, where that is not writable, `~/.cache/agg-agent`, one build per source and
+flags; called through ctypes. Where no compiler is found or the build fails, `reason()` says
+why and the endpoints use their Python code (the readable reference). `AGG_DATAPATH`
+chooses: `auto` (the default: C where it builds), `native` (C or an error), `python`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from agg_agent.protocol import LANES
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agg_agent.endpoints import IterationResult, ParameterServer, ServeStats, Worker
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("datapath.c")
+FLAGS = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-Wno-unused-function")
+STEPS_A_POLL = 64
+
+
+class WorkerCfg(ctypes.Structure):
+    _fields_ = [
+        ("fd", ctypes.c_int32),
+        ("target_ip", ctypes.c_uint32),
+        ("target_port", ctypes.c_uint16),
+        ("job", ctypes.c_uint16),
+        ("worker", ctypes.c_uint8),
+        ("fan_in", ctypes.c_uint8),
+        ("window", ctypes.c_uint16),
+        ("run", ctypes.c_uint32),
+        ("timeout_s", ctypes.c_double),
+        ("deadline_s", ctypes.c_double),
+        ("max_retries", ctypes.c_int64),
+    ]
+
+
+class WorkerOut(ctypes.Structure):
+    _fields_ = [
+        ("packets", ctypes.c_int64),
+        ("retrans", ctypes.c_int64),
+        ("seconds", ctypes.c_double),
+        ("srtt", ctypes.c_double),
+        ("fail", ctypes.c_int32),
+        ("fail_errno", ctypes.c_int32),
+        ("fail_chunk", ctypes.c_int64),
+        ("fail_waited", ctypes.c_double),
+        ("fail_holds", ctypes.c_int64),
+        ("reset_run", ctypes.c_uint32),
+        ("queue_counts", ctypes.c_int64 * 256),
+    ]
+
+
+class PsStats(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in (
+            "chunks", "steps", "aggregated", "raw", "duplicates", "runs", "other_runs",
+            "step_aggregated", "step_raw",
+        )
+    ]  # fmt: skip
+
+
+def _build_name() -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(repr(FLAGS).encode())
+    return f"datapath-{h.hexdigest()[:16]}.so"
+
+
+def _folders() -> list[Path]:
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return [SOURCE.parent / "__pycache__", Path(home) / "agg-agent"]
+
+
+def _compile(name: str) -> Path:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise FileNotFoundError("no C compiler ($CC, cc or gcc)")
+    errors = []
+    for folder in _folders():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            # built beside, then renamed: a concurrent loader never sees half a library
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+            os.close(fd)
+        except OSError as e:
+            errors.append(f"{folder}: {e}")
+            continue
+        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
+        if r.returncode != 0:
+            os.unlink(tmp)
+            raise RuntimeError(f"{cc} failed on {SOURCE.name}: {r.stderr[-2000:]}")
+        os.replace(tmp, folder / name)
+        return folder / name
+    raise OSError("; ".join(errors))
+
+
+@functools.cache
+def _lib() -> ctypes.CDLL | str:
+    """The loaded library, or why there is none."""
+    name = _build_name()
+    try:
+        built = next((d / name for d in _folders() if (d / name).is_file()), None) or _compile(name)
+        lib = ctypes.CDLL(str(built))
+    except (OSError, RuntimeError) as e:
+        return f"the C data path did not build: {e}"
+    if lib.agg_lanes() != LANES:
+        return f"{built}: {lib.agg_lanes()} lanes a packet, not {LANES}"
+    lib.agg_worker_exchange.restype = ctypes.c_int
+    lib.agg_worker_exchange.argtypes = [
+        ctypes.POINTER(WorkerCfg), ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+        ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(WorkerOut),
+    ]  # fmt: skip
+    lib.agg_ps_new.restype = ctypes.c_void_p
+    lib.agg_ps_new.argtypes = [
+        ctypes.c_int, ctypes.c_uint16, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64,
+    ]  # fmt: skip
+    lib.agg_ps_free.argtypes = [ctypes.c_void_p]
+    lib.agg_ps_set_workers.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.agg_ps_run.restype = ctypes.c_uint32
+    lib.agg_ps_run.argtypes = [ctypes.c_void_p]
+    lib.agg_ps_poll.restype = ctypes.c_int64
+    lib.agg_ps_poll.argtypes = [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(PsStats), ctypes.c_void_p, ctypes.c_int64,
+        ctypes.c_void_p,
+    ]  # fmt: skip
+    return lib
+
+
+def reason() -> str | None:
+    """Why the C data path cannot be used here (None: it can)."""
+    lib = _lib()
+    return lib if isinstance(lib, str) else None
+
+
+def choose(requested: str | None = None) -> str:
+    """'native' or 'python', from `requested` or AGG_DATAPATH (auto: C where it builds)."""
+    want = (requested or os.environ.get("AGG_DATAPATH") or "auto").lower()
+    if want not in ("auto", "native", "python"):
+        raise ValueError(f"AGG_DATAPATH: 'auto', 'native' or 'python', got {want!r}")
+    if want == "python":
+        return "python"
+    why = reason()
+    if why is None:
+        return "native"
+    if want == "native":
+        raise RuntimeError(why)
+    log.warning("%s: using the Python data path", why)
+    return "python"
+
+
+def _ip_port(addr: tuple[str, int]) -> tuple[int, int]:
+    ip = int.from_bytes(socket.inet_aton(socket.gethostbyname(addr[0])), "little")
+    return ip, socket.htons(addr[1])
+
+
+def exchange(
+    w: Worker, q: npt.NDArray[np.int32], end: bool
+) -> tuple[int, int, float, npt.NDArray[np.int64], WorkerOut]:
+    """`Worker.exchange`'s loop in C: (packets, retransmissions, seconds, sums, details)."""
+    lib = _lib()
+    assert not isinstance(lib, str), lib
+    chunks = -(-q.size // LANES)
+    lanes = np.zeros(chunks * LANES, np.int32)
+    lanes[: q.size] = q
+    sums = np.zeros(chunks * LANES, np.int64)
+    ip, port = _ip_port(w.target)
+    cfg = WorkerCfg(
+        w.sock.fileno(), ip, port, w.job_id, w.worker_id, w.fixed.workers, w.window,
+        w.run_id or 0, w.timeout, -1.0 if w.deadline_s is None else w.deadline_s,
+        w.max_retries,
+    )  # fmt: skip
+    out = WorkerOut()
+    out.srtt = -1.0 if w.srtt is None else w.srtt
+    lib.agg_worker_exchange(
+        ctypes.byref(cfg), w.next_index, lanes.ctypes.data, chunks, int(end),
+        sums.ctypes.data, ctypes.byref(out),
+    )  # fmt: skip
+    if out.srtt >= 0:
+        w.srtt = out.srtt
+    return out.packets, out.retrans, out.seconds, sums[: q.size], out
+
+
+def serve(
+    ps: ParameterServer, retain: int, each: Callable[[IterationResult], None] | None
+) -> ServeStats:
+    """`ParameterServer.serve`'s loop in C, until `ps.stop()`; `each` per step, as there."""
+    from agg_agent.endpoints import IterationResult, ServeStats
+    from agg_agent.fixedpoint import FixedPointOverflow
+
+    lib = _lib()
+    assert not isinstance(lib, str), lib
+
+    def addresses() -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
+        ips, ports = zip(*(_ip_port(a) for a in ps.workers), strict=True)
+        return np.array(ips, np.uint32), np.array(ports, np.uint16)
+
+    known = list(ps.workers)
+    ip_arr, port_arr = addresses()
+    handle = lib.agg_ps_new(
+        ps.sock.fileno(), ps.job_id, ps.fixed.workers, ip_arr.ctypes.data, port_arr.ctypes.data,
+        ps.run_id, ps.first_seq, retain,
+    )  # fmt: skip
+    if not handle:
+        raise MemoryError(f"the C parameter server: no memory for {retain} chunks")
+    st = PsStats(runs=ps.runs)
+    steps = np.zeros(3 * STEPS_A_POLL, np.float64)
+    overflow = np.zeros(3, np.int64)
+    done = 0
+    try:
+        while not ps._stop:
+            if ps.workers != known:  # changed by its owner, as Python's serve would see
+                known = list(ps.workers)
+                ip_arr, port_arr = addresses()
+                lib.agg_ps_set_workers(handle, ip_arr.ctypes.data, port_arr.ctypes.data)
+            n = lib.agg_ps_poll(
+                handle, 50, ctypes.byref(st), steps.ctypes.data, STEPS_A_POLL,
+                overflow.ctypes.data,
+            )  # fmt: skip
+            ps.run_id, ps.runs, ps.other_runs = lib.agg_ps_run(handle), st.runs, st.other_runs
+            if n < 0:
+                idx, lane, value = (int(v) for v in overflow)
+                raise FixedPointOverflow(f"sum[{lane}]: {value} outside int32 (chunk {idx})")
+            for k in range(min(n, STEPS_A_POLL)):
+                if each is not None:
+                    r = IterationResult(done, np.zeros(0), float(steps[3 * k + 2]))
+                    r.aggregated_packets, r.raw_packets = int(steps[3 * k]), int(steps[3 * k + 1])
+                    each(r)
+                done += 1
+    finally:
+        lib.agg_ps_free(handle)
+    return ServeStats(st.chunks, st.steps, st.aggregated, st.raw, st.duplicates, st.runs)

@@ -1,0 +1,120 @@
+"""The C data path (agg_agent.native, datapath.c) against the Python endpoints, its
+reference: the same buckets through every mix of C and Python workers and parameter
+servers, over real UDP through the switch model with loss (retransmissions, flushed partial
+sums, status acknowledgements), across the sequence-number wrap and a job started again:
+the sums must be identical, integer for integer, and equal to the exact sum."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from agg_agent import native
+from agg_agent.endpoints import ParameterServer, ServeStats, Worker
+from agg_agent.fixedpoint import FixedPoint
+from agg_agent.protocol import LANES
+from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch
+
+from .test_runs_and_failures import NEAR_WRAP, together
+
+pytestmark = pytest.mark.skipif(native.reason() is not None, reason=str(native.reason()))
+
+W = 3
+SIZES = (1, 31, 32, 33, 7 * LANES + 5, 40 * LANES)  # buckets of any size, one after another
+
+
+def buckets(seed: int) -> list[list[np.ndarray]]:
+    """Per bucket, every worker's int32 values, each under 2^31 / W (as the hook keeps them)."""
+    rng = np.random.default_rng(seed)
+    top = (2**31 - 1) // W
+    return [[rng.integers(-top, top, n, dtype=np.int64).astype(np.int32) for _ in range(W)]
+            for n in SIZES]  # fmt: skip
+
+
+def run_job(worker_path: str, ps_path: str, loss: float, first_seq: int = 0) -> list[np.ndarray]:
+    """Every bucket through a job whose workers and PS use the given paths: worker 0's sums
+    (every worker's asserted equal), and the PS's stats."""
+    fp = FixedPoint(1.0, W)
+    ps = ParameterServer(5, fp, None, [("127.0.0.1", 9)] * W, first_seq=first_seq,
+                         datapath=ps_path)  # fmt: skip
+    assert ps.datapath == ps_path
+    model = SwitchModel({5: JobConfig(pool_base=0, pool_size=6, fan_in=W)})
+    stats: list[ServeStats] = []
+    with UdpSwitch(model, ps.address, loss=loss, seed=7) as sw:
+        ws = [Worker(5, w, fp, sw.address, 6, timeout=0.02, max_retries=1 << 30,
+                     deadline_s=60, first_seq=first_seq, datapath=worker_path)
+              for w in range(W)]  # fmt: skip
+        assert all(w.datapath == worker_path for w in ws)
+        ps.workers = [w.address for w in ws]
+        t = threading.Thread(target=lambda: stats.append(ps.serve()), daemon=True)
+        t.start()
+        out = []
+        try:
+            for k, qs in enumerate(buckets(11)):
+                last = k == len(SIZES) - 1
+                got = together([lambda w=w, q=q, e=last: w.exchange(q, end=e)[1]
+                                for w, q in zip(ws, qs, strict=True)])  # fmt: skip
+                for g in got:
+                    assert not isinstance(g, BaseException), g
+                    assert np.array_equal(g, got[0])
+                exact = np.sum(np.array(qs, np.int64), axis=0)
+                assert np.array_equal(got[0], exact), (worker_path, ps_path, k)
+                out.append(got[0])
+        finally:
+            ps.stop()
+            t.join(10)
+            for w in ws:
+                w.close()
+            ps.close()
+    assert stats and stats[0].steps == 1 and stats[0].chunks == sum(-(-n // LANES) for n in SIZES)
+    if loss == 0:
+        assert stats[0].aggregated_packets == stats[0].chunks  # the switch summed them all
+    return out
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.03])
+def test_c_and_python_endpoints_give_identical_sums_in_every_mix(loss: float) -> None:
+    runs = {
+        (wp, pp): run_job(wp, pp, loss)
+        for wp in ("python", "native")
+        for pp in ("python", "native")
+    }
+    ref = runs["python", "python"]
+    for mix, sums in runs.items():
+        assert all(np.array_equal(a, b) for a, b in zip(sums, ref, strict=True)), mix
+
+
+def test_the_c_path_across_the_wrap_under_loss() -> None:
+    ref = run_job("python", "python", 0.03, first_seq=NEAR_WRAP)
+    got = run_job("native", "native", 0.03, first_seq=NEAR_WRAP)
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+def test_the_c_server_starts_a_new_run_for_a_job_started_again() -> None:
+    """Worker 0 joins, then a new endpoint of rank 0 joins with another nonce: the C server
+    draws a new run, and the old endpoint's next exchange is told it restarted."""
+    fp = FixedPoint(1.0, 1)
+    ps = ParameterServer(5, fp, None, [("127.0.0.1", 9)], datapath="native")
+    t = threading.Thread(target=ps.serve, daemon=True)
+    old = Worker(5, 0, fp, ps.address, 4, timeout=0.02, deadline_s=10, datapath="native")
+    new = Worker(5, 0, fp, ps.address, 4, timeout=0.02, deadline_s=10, datapath="native")
+    try:
+        ps.workers = [old.address]
+        t.start()
+        first = old.join()
+        assert np.array_equal(old.exchange(np.arange(40, dtype=np.int32))[1], np.arange(40))
+        ps.workers = [new.address]
+        second = new.join()
+        assert second != first
+        assert np.array_equal(new.exchange(np.ones(3, np.int32))[1], np.ones(3))
+        ps.workers = [old.address]
+        with pytest.raises(ConnectionResetError, match=f"is in run {second}"):
+            old.exchange(np.ones(3, np.int32))
+    finally:
+        ps.stop()
+        t.join(10)
+        ps.close()
+        old.close()
+        new.close()
