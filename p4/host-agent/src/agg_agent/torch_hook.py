@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +81,10 @@ class AggregationHook:
     # the last bucket's per-block tops (blockfloat.NONE: zero on every rank)
     last_tops: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     last_n: int = 0
+    # All-reduce in a thread of its own while backward goes on (the C data path releases
+    # the GIL in its socket loop); False: in DDP's thread, the Future completed on return.
+    overlap: bool = True
+    _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
     values_sent: int = 0  # values that crossed the fabric (blocks zero everywhere do not)
 
     def __post_init__(self) -> None:
@@ -172,16 +177,36 @@ class AggregationHook:
     # hook whose annotations are not exactly dist.GradBucket / Future[Tensor], and this
     # module imports torch only when a bucket arrives.
     def __call__(self, state, bucket):  # type: ignore[no-untyped-def]
-        """All-reduce one gradient bucket through the fabric; a completed Future."""
+        """All-reduce one gradient bucket through the fabric: a Future that completes when
+        its sum arrives, so DDP goes on with backward meanwhile (`overlap`; buckets are
+        all-reduced one after another, in the order DDP hands them over)."""
         import torch
 
         buf = bucket.buffer()
-        grad = buf.detach().reshape(-1).to(torch.float64).cpu().numpy()
-        total = self.allreduce(grad) / self.workers
-        self.buckets += 1
+        grad = buf.detach().reshape(-1).to(torch.float64).cpu().numpy()  # a copy
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        fut.set_result(torch.from_numpy(total).to(buf.dtype).reshape(buf.shape))
-        return fut
+
+        def reduce() -> None:
+            try:
+                total = self.allreduce(grad) / self.workers
+                self.buckets += 1
+                fut.set_result(torch.from_numpy(total).to(buf.dtype).reshape(buf.shape))
+            except BaseException as e:  # the Future carries it to DDP
+                fut.set_exception(e)
+
+        if not self.overlap:
+            reduce()
+            return fut
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="agg-hook")
+        self._pool.submit(reduce)
+        # DDP's C++ side casts a Future's value to a Tensor, and one carrying an exception
+        # fails as "Unable to cast <message> to Tensor"; raised in a `then` callback, the
+        # exception reaches the training script as itself (TimeoutError naming the rank).
+        return fut.then(lambda f: f.value())
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self.worker.close()

@@ -118,7 +118,7 @@ class GlooCheck:
 
         local = bucket.buffer().detach().clone()
         fut = self.hook(state, bucket)
-        got = fut.value().detach().reshape(-1).to(torch.float64).numpy()
+        got = fut.wait().detach().reshape(-1).to(torch.float64).numpy()
         ref_t, mag_t = local.clone(), local.abs()
         dist.all_reduce(ref_t)
         dist.all_reduce(mag_t)
