@@ -53,6 +53,11 @@ bench-service: sync influxdb $(HEY)
 	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py --path per-job
 	INNET_AGG_HEY=$(HEY) $(RUN) python optimizer-service/benchmarks/service_load.py --path per-job --no-cache
 
+# DDP through the hook against gloo on loopback, and a bare C sendmmsg/recvmmsg pair: the
+# machine's packet limit (docs/benchmarks/training.md).
+bench-training: sync
+	$(RUN) python p4/host-agent/benchmarks/train_loopback.py --out docs/benchmarks
+
 $(HEY):
 	GOBIN=$(dir $(HEY)) GOFLAGS=-mod=mod GOWORK=off go install github.com/rakyll/hey@v0.1.4
 

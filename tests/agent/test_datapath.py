@@ -118,3 +118,28 @@ def test_the_c_server_starts_a_new_run_for_a_job_started_again() -> None:
         ps.close()
         old.close()
         new.close()
+
+
+def test_the_hook_from_its_environment_names_a_bad_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agg_agent.torch_hook import AggregationHook
+
+    monkeypatch.delenv("AGG_JOB", raising=False)
+    with pytest.raises(ValueError, match="AGG_JOB"):
+        AggregationHook.from_env(0, 1)
+    monkeypatch.setenv("AGG_JOB", "3")
+    monkeypatch.setenv("AGG_PS", "127.0.0.1:9")
+    monkeypatch.setenv("AGG_BIND", "127.0.0.1:0")
+    monkeypatch.setenv("AGG_OVERLAP", "yes")
+    with pytest.raises(ValueError, match="AGG_OVERLAP"):
+        AggregationHook.from_env(0, 1)
+    monkeypatch.setenv("AGG_OVERLAP", "0")
+    monkeypatch.setenv("AGG_DATAPATH", "fast")
+    with pytest.raises(ValueError, match="AGG_DATAPATH"):
+        AggregationHook.from_env(0, 1)
+    for path in ("python", "native"):
+        monkeypatch.setenv("AGG_DATAPATH", path)
+        hook = AggregationHook.from_env(0, 1)
+        try:
+            assert hook.worker.datapath == path and not hook.overlap
+        finally:
+            hook.close()

@@ -54,6 +54,7 @@ ENV = {
     "bind": "AGG_BIND",  # this worker's host:port, as the PS is told it (0.0.0.0:48879)
     "timeout_ms": "AGG_TIMEOUT_MS",  # retransmission timeout (200)
     "deadline_s": "AGG_DEADLINE_S",  # a bucket unfinished this long fails, naming who (10)
+    "overlap": "AGG_OVERLAP",  # 1: all-reduce while backward goes on (default); 0: not
 }
 # No longer read: buckets of any size need no AGG_SIZE, and nothing is clipped (AGG_BOUND).
 RETIRED = ("AGG_SIZE", "AGG_BOUND")
@@ -140,11 +141,16 @@ class AggregationHook:
             deadline_s = float(env.get(ENV["deadline_s"], str(DEADLINE_S)))
         except ValueError as e:
             raise ValueError(f"AGG_*: not a number ({e})") from None
-        return cls.create(
+        overlap = env.get(ENV["overlap"], "1")
+        if overlap not in ("0", "1"):
+            raise ValueError(f"AGG_OVERLAP: 0 or 1, got {overlap!r}")
+        hook = cls.create(
             rank, world_size, job, _address(env[ENV["ps"]], ENV["ps"]), window=window,
             bind=_address(env.get(ENV["bind"], "0.0.0.0:48879"), ENV["bind"]),
             timeout_s=timeout_ms / 1000, deadline_s=deadline_s,
         )  # fmt: skip
+        hook.overlap = overlap == "1"
+        return hook
 
     def allreduce(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """The sum over every rank of `x` (float64, any values), as IEEE addition of the

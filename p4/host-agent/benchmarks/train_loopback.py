@@ -1,0 +1,299 @@
+"""DDP through the aggregation hook against DDP's own gloo all-reduce, on loopback with no
+switch (the PS sums raw chunks), side by side in one run, and the machine's own limit:
+a bare C sendmmsg/recvmmsg pair moving packets of our size.
+
+    uv run python p4/host-agent/benchmarks/train_loopback.py [--params 5000,1000000,10000000]
+        [--ranks 2,4] [--steps 5] [--out docs/benchmarks]   (make bench-training)
+
+Per model (an MLP on synthetic data, sized to about the given parameters) and ranks: the
+seconds a step takes with gloo, with the hook on the C data path (overlapping backward), the
+same without overlap, and with the Python data path (small models only: it is the reference,
+not a contender); the ratios to gloo; the PS's packet rate; the share of the all-reduce
+hidden behind backward. Writes `training.json`, `training.png` and prints the table of
+docs/benchmarks/training.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+AGENT = [sys.executable, "-c", "from agg_agent.cli import main; main()"]
+BATCH, FEATURES, CLASSES = 64, 256, 10
+WINDOW = 128  # the service's default pool (pool_slots): chunks in flight
+PAIR_C = r"""
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#define B 64
+static double now(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+int main(int c, char **v) {
+  long n = atol(v[1]); int size = atoi(v[2]);
+  int r = socket(AF_INET, SOCK_DGRAM, 0), s = socket(AF_INET, SOCK_DGRAM, 0);
+  int big = 1 << 24; setsockopt(r, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+  struct sockaddr_in a = {0}; a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(0x7f000001);
+  bind(r, (void*)&a, sizeof a); socklen_t l = sizeof a; getsockname(r, (void*)&a, &l);
+  static char buf[B][2048]; struct mmsghdr m[B]; struct iovec io[B];
+  memset(m, 0, sizeof m);
+  for (int i = 0; i < B; i++) { io[i].iov_base = buf[i]; io[i].iov_len = size;
+    m[i].msg_hdr.msg_iov = &io[i]; m[i].msg_hdr.msg_iovlen = 1;
+    m[i].msg_hdr.msg_name = &a; m[i].msg_hdr.msg_namelen = sizeof a; }
+  long got = 0; double t0 = now();
+  if (fork() == 0) {  /* the sender: as fast as the kernel takes them */
+    for (long k = 0; k < n + 4096; k += B) sendmmsg(s, m, B, 0);
+    _exit(0);
+  }
+  struct mmsghdr q[B]; struct iovec qi[B]; memset(q, 0, sizeof q);
+  for (int i = 0; i < B; i++) { qi[i].iov_base = buf[i]; qi[i].iov_len = 2048;
+    q[i].msg_hdr.msg_iov = &qi[i]; q[i].msg_hdr.msg_iovlen = 1; }
+  struct timeval tv = {1, 0}; setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  while (got < n) { int k = recvmmsg(r, q, B, 0, NULL); if (k <= 0) break; got += k; }
+  printf("%ld %f\n", got, now() - t0);
+  return 0;
+}
+"""
+
+
+def free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hidden_for(params: int) -> int:
+    """An MLP FEATURES-h-h-CLASSES with about `params` parameters."""
+    h = 8
+    while (FEATURES * h + h * h + h * CLASSES + 2 * h + CLASSES) < params:
+        h += max(1, h // 16)
+    return h
+
+
+def rank_main(rank: int, world: int, master: int, mode: str, params: int, steps: int,
+              out: str, ps: str, bind: str) -> None:  # fmt: skip
+    """One rank: warm up two steps, then time `steps` steps."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{master}", rank=rank,
+                            world_size=world)  # fmt: skip
+    torch.manual_seed(0)
+    h = hidden_for(params)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(),
+        torch.nn.Linear(h, CLASSES),
+    )  # fmt: skip
+    ddp = DDP(net)
+    hook = None
+    if mode != "gloo":
+        from agg_agent.torch_hook import AggregationHook
+
+        os.environ["AGG_DATAPATH"] = "python" if mode == "python" else "native"
+        host, port = ps.rsplit(":", 1)
+        bhost, bport = bind.rsplit(":", 1)
+        hook = AggregationHook.create(rank, world, 3, (host, int(port)), window=WINDOW,
+                                      bind=(bhost, int(bport)), deadline_s=600)  # fmt: skip
+        hook.overlap = mode != "sync"
+        ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x = torch.randn(BATCH, FEATURES, generator=torch.Generator().manual_seed(rank))
+    y = torch.randint(0, CLASSES, (BATCH,), generator=torch.Generator().manual_seed(rank))
+    lossf = torch.nn.CrossEntropyLoss()
+    times, backward = [], []
+    for k in range(steps + 2):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        lossf(ddp(x), y).backward()
+        t1 = time.perf_counter()
+        opt.step()
+        if k >= 2:
+            times.append(time.perf_counter() - t0)
+            backward.append(t1 - t0)
+    compute = 0.0
+    if rank == 0:  # the same step with no all-reduce at all: what overlap can hide behind
+        with ddp.no_sync():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                opt.zero_grad()
+                lossf(ddp(x), y).backward()
+            compute = (time.perf_counter() - t0) / steps
+    dist.barrier()
+    if hook is not None:
+        hook.close()
+    dist.destroy_process_group()
+    if rank == 0:
+        n = sum(p.numel() for p in net.parameters())
+        Path(out).write_text(json.dumps({"step_s": sorted(times)[len(times) // 2],
+                                         "compute_s": compute, "params": n}))  # fmt: skip
+
+
+def run(mode: str, world: int, params: int, steps: int, tmp: Path) -> dict:
+    master = free_port(socket.SOCK_STREAM)
+    ports = [free_port(socket.SOCK_DGRAM) for _ in range(world + 1)]
+    out = tmp / f"{mode}-{world}-{params}.json"
+    ps_proc = None
+    rows: list[dict] = []
+    if mode != "gloo":
+        env = {**os.environ, "AGG_DATAPATH": "python" if mode == "python" else "native"}
+        ps_proc = subprocess.Popen(
+            [*AGENT, "ps", "--size", "0", "--job", "3", "--bind", f"127.0.0.1:{ports[0]}"]
+            + [a for w in range(world) for a in ("--worker-addr", f"127.0.0.1:{ports[w + 1]}")],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+
+        def follow() -> None:
+            assert ps_proc is not None and ps_proc.stdout is not None
+            for line in ps_proc.stdout:
+                if line.startswith("{"):
+                    rows.append({"t": time.monotonic(), **json.loads(line)})
+
+        threading.Thread(target=follow, daemon=True).start()
+    argv = [
+        [sys.executable, __file__, "--rank", str(r), "--world", str(world), "--master",
+         str(master), "--mode", mode, "--one", str(params), "--steps", str(steps),
+         "--result", str(out), "--ps", f"127.0.0.1:{ports[0]}",
+         "--bind", f"127.0.0.1:{ports[r + 1]}"]
+        for r in range(world)
+    ]  # fmt: skip
+    procs = [subprocess.Popen(a, start_new_session=True) for a in argv]
+    try:
+        for p in procs:
+            if p.wait(timeout=7200) != 0:
+                raise SystemExit(f"{mode} {world} ranks {params}: a rank exited {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        if ps_proc is not None:
+            ps_proc.terminate()
+            ps_proc.wait(60)
+    res = json.loads(out.read_text())
+    if rows:  # the PS's packet rate over the timed steps (the last `steps` reports)
+        last = rows[-steps:]
+        pkts = sum(r["aggregated_packets"] + r["raw_packets"] for r in last)
+        res["ps_packets_per_s"] = pkts / max(1e-9, sum(r["seconds"] for r in last))
+    return res
+
+
+def bare_pair(tmp: Path, n: int = 2_000_000) -> float:
+    """Packets a second a bare C sendmmsg/recvmmsg pair moves over loopback, our size."""
+    from agg_agent.protocol import PACKET_BYTES
+
+    src, exe = tmp / "pair.c", tmp / "pair"
+    src.write_text(PAIR_C)
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True)
+    got, secs = subprocess.run([str(exe), str(n), str(PACKET_BYTES)], capture_output=True,
+                               text=True, check=True).stdout.split()  # fmt: skip
+    return int(got) / float(secs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", default="5000,1000000,10000000")
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--python-up-to", type=int, default=1_000_000,
+                    help="the Python data path only for models up to this size")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    # one rank (internal)
+    for a in ("--rank", "--world", "--master", "--one"):
+        ap.add_argument(a, type=int)
+    for a in ("--mode", "--result", "--ps", "--bind"):
+        ap.add_argument(a)
+    args = ap.parse_args()
+    if args.rank is not None:
+        rank_main(args.rank, args.world, args.master, args.mode, args.one, args.steps,
+                  args.result, args.ps, args.bind)  # fmt: skip
+        return
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {load}", flush=True)
+    results: dict = {"started": time.time(), "load_at_start": os.getloadavg(), "runs": []}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        results["bare_c_packets_per_s"] = bare_pair(tmp)
+        print(f"bare C sendmmsg/recvmmsg pair: {results['bare_c_packets_per_s']:,.0f} pkt/s",
+              flush=True)  # fmt: skip
+        for params in (int(p) for p in args.params.split(",")):
+            for world in (int(w) for w in args.ranks.split(",")):
+                modes = ["gloo", "native", "sync"]
+                if params <= args.python_up_to:
+                    modes.append("python")
+                row: dict = {"params_wanted": params, "ranks": world}
+                for mode in modes:
+                    r = run(mode, world, params, args.steps, tmp)
+                    row["params"] = r["params"]
+                    row[f"{mode}_step_s"] = r["step_s"]
+                    row["compute_s"] = r["compute_s"] if mode == "gloo" else row.get("compute_s")
+                    if "ps_packets_per_s" in r:
+                        row[f"{mode}_ps_pkt_s"] = r["ps_packets_per_s"]
+                    print(f"{row['params']:>10,} params, {world} ranks, {mode:>6}: "
+                          f"{r['step_s']:.4f} s/step", flush=True)  # fmt: skip
+                results["runs"].append(row)
+    results["load_at_end"] = os.getloadavg()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "training.json").write_text(json.dumps(results, indent=1))
+    table(results)
+    plot(results, args.out / "training.png")
+
+
+def table(results: dict) -> None:
+    bare = results["bare_c_packets_per_s"]
+    print("\n| parameters | ranks | gloo s/step | hook (C, overlap) s/step | hook / gloo | "
+          "hook (C, no overlap) | hook (Python) / gloo | PS pkt/s (C) | of bare C | "
+          "all-reduce hidden |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for r in results["runs"]:
+        g, n, s = r["gloo_step_s"], r["native_step_s"], r["sync_step_s"]
+        py = f"{r['python_step_s'] / g:.1f}x" if "python_step_s" in r else "—"
+        comm = max(1e-12, s - r["compute_s"])  # the all-reduce's own time, not overlapped
+        hidden = min(1.0, max(0.0, (s - n) / comm))
+        rate = r.get("native_ps_pkt_s", 0.0)
+        print(f"| {r['params']:,} | {r['ranks']} | {g:.4f} | {n:.4f} | {n / g:.1f}x | "
+              f"{s:.4f} | {py} | {rate:,.0f} | {rate / bare:.2f} | {hidden:.0%} |")  # fmt: skip
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for world, marker in ((2, "o"), (4, "s")):
+        rows = [r for r in results["runs"] if r["ranks"] == world]
+        if not rows:
+            continue
+        xs = [r["params"] for r in rows]
+        for key, label, ls in (("gloo_step_s", "gloo", ":"), ("native_step_s", "hook (C)", "-"),
+                               ("sync_step_s", "hook (C, no overlap)", "--")):  # fmt: skip
+            ax.plot(xs, [r[key] for r in rows], ls, marker=marker, label=f"{label}, {world} ranks")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("model parameters")
+    ax.set_ylabel("seconds per step (median)")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
