@@ -54,6 +54,17 @@ ECT0 = 0x02  # the IP TOS byte's ECN field: ECN-capable transport (0)
 SEQ_MOD = 1 << 32  # sequence numbers wrap (the switch compares them modulo 2^32 too)
 DEADLINE_S = 10.0  # a chunk unacknowledged this long fails the iteration, naming who
 RETAIN = 1 << 17  # chunks whose sums `ParameterServer.serve` keeps: twice the largest window
+# Receive buffers: a window of chunks from every worker arrives at once at the PS (128 from
+# each of 4 ranks is 512 datagrams, past Linux's default 208 KB at ~770 B of kernel memory
+# a datagram); what overflows is dropped and waits a retransmission timer (seen: a 1M-
+# parameter step at 4 ranks took minutes). The kernel caps it at net.core.rmem_max.
+RCVBUF = 1 << 23
+
+
+def _socket() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+    return s
 
 
 def _signed32(d: int) -> int:
@@ -128,7 +139,7 @@ class Worker:
             max_retries,
         )
         self.controller = controller if controller is not None else FixedWindow(float(window))
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock = _socket()
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
         self.sock.bind(bind)
@@ -430,7 +441,7 @@ class ParameterServer:
         # Open-ended (no size): one chunk per "iteration" for the bookkeeping below.
         self.chunks = chunk_count(size) if size is not None else 1
         self.all_mask = (1 << fixed.workers) - 1
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock = _socket()
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         self.sock.bind(bind)
         self.address: Address = self.sock.getsockname()
