@@ -244,8 +244,10 @@ def main() -> None:
                 if params <= args.python_up_to:
                     modes.append("python")
                 row: dict = {"params_wanted": params, "ranks": world}
+                # small models' steps take milliseconds: more of them for a steady median
+                steps = args.steps if params > 100_000 else max(args.steps, 40)
                 for mode in modes:
-                    r = run(mode, world, params, args.steps, tmp)
+                    r = run(mode, world, params, steps, tmp)
                     row["params"] = r["params"]
                     row[f"{mode}_step_s"] = r["step_s"]
                     row["compute_s"] = r["compute_s"] if mode == "gloo" else row.get("compute_s")
