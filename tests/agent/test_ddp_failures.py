@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,7 @@ COLD_START = 600  # torch imported by three processes on a loaded machine
 class Job:
     """A PS (`ps --size 0`) and two ranks of `train` with a long run ahead."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self) -> None:
         ports = [free_port(socket.SOCK_DGRAM) for _ in range(3)]
         master = free_port(socket.SOCK_STREAM)
         self.ps_addr = f"127.0.0.1:{ports[0]}"
@@ -53,7 +52,6 @@ class Job:
             )
             for r in range(2)
         ]
-        self.out = tmp / "never.json"
 
     def _rank(self, r: int, master: int, ports: list[int]) -> list[str]:
         return [
@@ -91,8 +89,8 @@ class Job:
 
 
 @pytest.fixture
-def job(tmp_path: Path):  # type: ignore[no-untyped-def]
-    j = Job(tmp_path)
+def job():  # type: ignore[no-untyped-def]
+    j = Job()
     try:
         yield j
     finally:

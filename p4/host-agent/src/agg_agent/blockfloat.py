@@ -40,6 +40,7 @@ HEAD = 2  # lanes before the blocks': non-finite values, ranks refusing
 NONFINITE_LANE, REFUSED_LANE = 0, 1
 MAX_WORKERS = 32
 POS_INF, NEG_INF, NAN = 1, 1 << 8, 1 << 16
+NONE = np.iinfo(np.int64).min  # an agreed top: the block is zero on every rank
 
 
 class ValueRefused(ValueError):
@@ -102,9 +103,6 @@ def agreed(total: npt.NDArray[np.integer], n: int) -> tuple[npt.NDArray[np.int64
     # floor(log2 s), exact for s < 2^53: frexp(s) = (m, e) with s < 2^e, 2^(e-1) <= s
     tops[any_] = EXP_MIN + band[any_] * BAND + (np.frexp(s[any_].astype(np.float64))[1] - 1)
     return tops, int(total[NONFINITE_LANE])
-
-
-NONE = np.iinfo(np.int64).min  # a block that is zero on every rank
 
 
 def headroom(workers: int) -> int:

@@ -130,7 +130,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
         rmsg[i].msg_hdr.msg_iov = &riov[i]; rmsg[i].msg_hdr.msg_iovlen = 1;
     }
     header_t h = {cfg->job, 0, cfg->worker, cfg->fan_in, 0, 0, 1u << cfg->worker, 0, cfg->run};
-    int64_t low = 0, nxt = 0, in_flight = 0;
+    int64_t low = 0, nxt = 0;
     out->fail = 0;
     while (low < chunks) {
         int ns = 0;
@@ -144,7 +144,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             for (int l = 0; l < LANES; l++) put32(sbuf[ns] + HEADER + 4 * l, (uint32_t)q[nxt * LANES + l]);
             sent_at[nxt] = born[nxt] = now_s();
             tries[nxt] = 0;
-            in_flight++; nxt++; ns++;
+            nxt++; ns++;
         }
         /* retransmissions of chunks unacknowledged for `timeout_s` */
         double t = now_s();
@@ -210,7 +210,6 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
                 out->srtt = out->srtt < 0 ? rtt : 0.875 * out->srtt + 0.125 * rtt;
             }
             sent_at[c] = -1.0;
-            in_flight--;
             out->queue_counts[a.queue]++;
             while (low < chunks && acked[low]) low++;
         }

@@ -306,11 +306,7 @@ class Worker:
                 continue
             if ack.is_join and ack.is_ack and ack.job_id == self.job_id and ack.run != self.run_id:
                 # the PS answers a packet of a run it is not in: it was restarted
-                raise ConnectionResetError(
-                    f"job {self.job_id}: the parameter server at {self.target[0]}:"
-                    f"{self.target[1]} is in run {ack.run}, not this worker's {self.run_id} "
-                    "(it restarted): this iteration's sums are gone"
-                )
+                raise self._restarted(ack.run)
             c = (ack.seq - first) % SEQ_MOD
             if (
                 ack.is_ack and not ack.is_join and ack.job_id == self.job_id
@@ -359,11 +355,7 @@ class Worker:
             holds = None if out.fail_holds < 0 else int(out.fail_holds)
             raise TimeoutError(self._stuck(first + out.fail_chunk, out.fail_waited, holds))
         if out.fail == 2:
-            raise ConnectionResetError(
-                f"job {self.job_id}: the parameter server at {self.target[0]}:"
-                f"{self.target[1]} is in run {out.reset_run}, not this worker's {self.run_id} "
-                "(it restarted): this iteration's sums are gone"
-            )
+            raise self._restarted(out.reset_run)
         if out.fail:
             raise OSError(out.fail_errno, f"job {self.job_id}: {os.strerror(out.fail_errno)}")
         self.next_index = first + chunk_count(q.size)
@@ -374,6 +366,14 @@ class Worker:
         )  # fmt: skip
         self.iteration += 1
         return stats, sums
+
+    def _restarted(self, run: int) -> ConnectionResetError:
+        """The PS answered in another run than this worker's: it was restarted."""
+        return ConnectionResetError(
+            f"job {self.job_id}: the parameter server at {self.target[0]}:{self.target[1]} "
+            f"is in run {run}, not this worker's {self.run_id} (it restarted): this "
+            "iteration's sums are gone"
+        )
 
     def _stuck(self, index: int, waited: float, holds: int | None) -> str:
         """What stopped answering, for a chunk unacknowledged for `waited` seconds."""

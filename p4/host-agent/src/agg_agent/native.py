@@ -170,7 +170,9 @@ def choose(requested: str | None = None) -> str:
     return "python"
 
 
+@functools.lru_cache(maxsize=256)
 def _ip_port(addr: tuple[str, int]) -> tuple[int, int]:
+    """An address in network order, resolved once (not on every exchange)."""
     ip = int.from_bytes(socket.inet_aton(socket.gethostbyname(addr[0])), "little")
     return ip, socket.htons(addr[1])
 
