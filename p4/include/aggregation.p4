@@ -62,6 +62,15 @@ control Aggregation(inout headers_t hdr, inout local_metadata_t local_metadata,
         if ((hdr.agg.flags & (AGG_FLAG_ACK | AGG_FLAG_JOIN)) != 0) {
             return;
         }
+        // A chunk of another size than AGG_LANES values (the hosts' larger chunks, for a
+        // job the PS sums) is not this switch's to add: forwarded as it came.
+        bit<16> int_bytes = 0;
+        if (hdr.int_shim.isValid()) {
+            int_bytes = ((bit<16>)hdr.int_shim.len + 1) << 2;
+        }
+        if (hdr.udp.len != AGG_UDP_LEN + int_bytes) {
+            return;
+        }
         if (!agg_job.apply().hit || hdr.agg.slot >= job_pool_size) {
             return;
         }

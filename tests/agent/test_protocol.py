@@ -48,3 +48,21 @@ def test_bad_field_is_named(field: str, value: int) -> None:
 def test_short_datagram_is_rejected() -> None:
     with pytest.raises(PacketError, match="length: 20 B"):
         AggPacket.decode(bytes(20))
+
+
+@given(st.integers(1, 256), st.integers(0, 2**31 - 1))
+def test_a_chunk_of_any_allowed_size_round_trips(k: int, seed: int) -> None:
+    """`LANES * k` values a packet (k = 1..256): one format, its size told by its length."""
+    values = tuple((seed * (i + 1)) % 2**32 - 2**31 for i in range(LANES * k))
+    p = AggPacket(3, 1, 0, 2, 9, 1, values=values, run=5)
+    data = p.encode()
+    assert len(data) == 20 + 4 * LANES * k
+    assert AggPacket.decode(data) == p
+
+
+@pytest.mark.parametrize("values", [LANES - 1, LANES + 1, 8192 + LANES])
+def test_a_size_outside_the_format_is_refused_both_ways(values: int) -> None:
+    with pytest.raises(PacketError, match="values"):
+        AggPacket(1, 0, 0, 1, 0, 1, values=(0,) * values).encode()
+    with pytest.raises(PacketError, match="length"):
+        AggPacket.decode(bytes(20 + 4 * values))

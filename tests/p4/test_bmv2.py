@@ -114,6 +114,26 @@ def test_configured_job_one_aggregate_with_the_sum(ports: dict[int, bmv2.RawPort
     assert agg.values == tuple(6 * (lane + 1) * (-1) ** lane for lane in range(LANES))
 
 
+def test_a_chunk_of_another_size_passes_untouched_and_leaves_the_slot_alone(
+    ports: dict[int, bmv2.RawPort],
+) -> None:
+    """A job whose PS makes every sum may send 64 values a packet: the switch forwards each
+    as it came (its slot untouched); a 32-value chunk on the same slot then sums as usual."""
+    seq, wide = 502, 2 * LANES
+    sent = []
+    for w in range(3):
+        pkt = AggPacket(8, seq % 8, w, 3, seq, 1 << w, 0, tuple(range(w, w + wide)))
+        sent.append(pkt)
+        ports[w + 1].send(udp_frame(w + 1, PS, 40000 + w, UDP_PORT, pkt.encode()))
+    got = sorted(at_ps(ports), key=lambda p: p.worker_id)
+    assert got == sent  # three packets, unchanged: nothing summed, nothing held
+    for w in range(3):
+        ports[w + 1].send(contribution(w, 8, seq + 8))  # the same slot, the usual size
+    (agg,) = at_ps(ports)
+    assert agg.flags & FLAG_AGGREGATED and agg.contributors == 0b111
+    assert agg.values == tuple(6 * (lane + 1) * (-1) ** lane for lane in range(LANES))
+
+
 def test_slot_is_freed_and_reused_by_the_next_chunk(ports: dict[int, bmv2.RawPort]) -> None:
     for seq in (1, 9):  # both map to slot 1 of the pool
         for w in range(3):

@@ -14,7 +14,7 @@ import typer
 from agg_agent import congestion
 from agg_agent.endpoints import Address, IterationResult, ParameterServer, Worker
 from agg_agent.fixedpoint import FixedPoint
-from agg_agent.protocol import UDP_PORT
+from agg_agent.protocol import LANES, UDP_PORT
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -38,6 +38,14 @@ FirstSeq = Annotated[
     int,
     typer.Option(
         min=0, max=0xFFFFFFFF, help="The job's first sequence number (all its ends the same)."
+    ),
+]
+Lanes = Annotated[
+    int,
+    typer.Option(
+        help="Values a packet (all the job's ends the same): 32, what switches sum; a larger "
+        "multiple of 32 (up to 8192) only where the PS makes every sum: switches forward "
+        "such packets untouched (docs/protocols.md, 'Chunk size').",
     ),
 ]
 
@@ -86,6 +94,7 @@ def worker(
         bool, typer.Option(help="Send ECN-capable packets (on by default with --cc dctcp).")
     ] = False,
     first_seq: FirstSeq = 0,
+    lanes: Lanes = LANES,
 ) -> None:
     """Send random tensors in [-bound, bound] (seeded) for `iterations` iterations."""
     if cc not in congestion.SCHEMES:
@@ -108,6 +117,7 @@ def worker(
             controller=congestion.make(cc, window, **extra),
             ecn=ecn or cc == "dctcp",
             first_seq=first_seq,
+            lanes=lanes,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
@@ -158,6 +168,7 @@ def parameter_server(
         ),
     ] = 0,
     first_seq: FirstSeq = 0,
+    lanes: Lanes = LANES,
 ) -> None:
     """Complete `iterations` iterations from aggregated and raw packets; print their stats."""
     addrs = [_address(a, f"--worker-addr[{i}]") for i, a in enumerate(worker_addr)]
@@ -165,7 +176,7 @@ def parameter_server(
         fixed = FixedPoint.for_bound(bound, len(addrs))
         ps = ParameterServer(
             job, fixed, size or None, addrs, bind=_address(bind, "--bind"), run_id=run or None,
-            first_seq=first_seq,
+            first_seq=first_seq, lanes=lanes,
         )  # fmt: skip
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None

@@ -1,6 +1,7 @@
 """Worker and parameter-server endpoints (state machines in docs/protocols.md).
 
-Worker: one iteration sends its tensor as ceil(n / 32) chunks with consecutive sequence
+Worker: one iteration sends its tensor as ceil(n / lanes) chunks (`lanes` values a packet,
+32 where switches sum them: docs/protocols.md, "Chunk size") with consecutive sequence
 numbers; chunk `seq` uses slot `seq % window`, and at most `window` chunks past the oldest
 unacknowledged one are in flight, so a slot is reused only after the parameter server
 completed its previous chunk (which implies every switch on the way freed it). A chunk not
@@ -24,6 +25,7 @@ acknowledgement only, so it never applies a partial or a duplicated sum:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import secrets
@@ -45,9 +47,14 @@ from agg_agent.protocol import (
     FLAG_JOIN,
     FLAG_RETRANSMIT,
     LANES,
+    MAX_LANES,
     AggPacket,
     PacketError,
+    check_lanes,
+    packet_bytes,
 )
+
+log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
 ECT0 = 0x02  # the IP TOS byte's ECN field: ECN-capable transport (0)
@@ -77,8 +84,8 @@ def _ranks(mask: int, workers: int) -> list[int]:
     return [w for w in range(workers) if mask >> w & 1]
 
 
-def chunk_count(size: int) -> int:
-    return math.ceil(size / LANES)
+def chunk_count(size: int, lanes: int = LANES) -> int:
+    return math.ceil(size / lanes)
 
 
 @dataclass(slots=True)
@@ -116,6 +123,7 @@ class Worker:
         deadline_s: float | None = None,
         first_seq: int = 0,
         datapath: str | None = None,
+        lanes: int = LANES,
     ) -> None:
         """`window` is the job's pool of slots at every switch (chunks in flight never
         exceed it); `controller` (agg_agent.congestion) sets how many of them may be in
@@ -126,7 +134,10 @@ class Worker:
         stopped answering: the ranks the parameter server still waits for, or the PS.
         `first_seq`: the sequence number of the first chunk (tests start near the wrap).
         `datapath`: 'native' (agg_agent.native, C), 'python' or 'auto' (None: AGG_DATAPATH,
-        else auto); the C loop runs the fixed window, other controllers run in Python."""
+        else auto); the C loop runs the fixed window, other controllers run in Python.
+        `lanes`: values a packet (a multiple of 32); switches sum only packets of 32, so
+        more is for jobs whose parameter server makes every sum (the PS must use the same)."""
+        self.lanes = check_lanes(lanes)
         if not 0 <= worker_id < fixed.workers:
             raise ValueError(f"worker_id: {worker_id} outside 0..{fixed.workers - 1}")
         if not 1 <= window <= 0xFFFF:
@@ -196,7 +207,7 @@ class Worker:
             while (left := until - time.perf_counter()) > 0:
                 self.sock.settimeout(left)
                 try:
-                    data = self.sock.recv(2048)
+                    data = self.sock.recv(packet_bytes(self.lanes) + 64)
                 except TimeoutError:
                     break
                 try:
@@ -243,15 +254,15 @@ class Worker:
         q = np.ravel(np.asarray(q, dtype=np.int32))
         if self.datapath == "native":
             return self._exchange_native(q, end)
-        chunks = chunk_count(q.size)
-        padded = np.zeros(chunks * LANES, dtype=np.int32)
+        chunks, width = chunk_count(q.size, self.lanes), self.lanes
+        padded = np.zeros(chunks * width, dtype=np.int32)
         padded[: q.size] = q
-        lanes = padded.reshape(chunks, LANES)
+        lanes = padded.reshape(chunks, width)
         first = self.next_index
         acked = [False] * chunks
         born: dict[int, float] = {}  # chunk -> its first send (the deadline runs from it)
         missing: dict[int, int] = {}  # chunk -> contributors the PS said it holds
-        sums = np.zeros((chunks, LANES), np.int64)
+        sums = np.zeros((chunks, width), np.int64)
         everyone = (1 << self.fixed.workers) - 1
         sent_at: dict[int, float] = {}
         tries: dict[int, int] = {}
@@ -297,7 +308,7 @@ class Worker:
                 wait = min(wait, self.last_send + gap - time.perf_counter())
             self.sock.settimeout(max(wait, 1e-4))
             try:
-                data = self.sock.recv(2048)
+                data = self.sock.recv(packet_bytes(width) + 64)
             except TimeoutError:
                 continue
             try:
@@ -319,6 +330,7 @@ class Worker:
                 ack.is_ack and not ack.is_join and ack.job_id == self.job_id
                 and ack.run == self.run_id and c < chunks and not acked[c]
                 and ack.contributors == everyone  # the values are the complete sum
+                and len(ack.values) == width
             ):  # fmt: skip
                 acked[c] = True
                 sums[c] = ack.values
@@ -358,7 +370,7 @@ class Worker:
             raise self._restarted(out.reset_run)
         if out.fail:
             raise OSError(out.fail_errno, f"job {self.job_id}: {os.strerror(out.fail_errno)}")
-        self.next_index = first + chunk_count(q.size)
+        self.next_index = first + chunk_count(q.size, self.lanes)
         queues = {k: int(v) for k, v in enumerate(out.queue_counts) if v}
         stats = WorkerStats(
             self.iteration, seconds, packets, retrans, float(self.window),
@@ -404,8 +416,8 @@ class IterationResult:
 
 @dataclass(slots=True)
 class _Chunk:
+    acc: npt.NDArray[np.int64]
     bitmap: int = 0
-    acc: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(LANES, np.int64))
     queue: int = 0  # the longest queue any of its packets met
     ce: bool = False  # one of its packets arrived marked CE
 
@@ -421,13 +433,18 @@ class ParameterServer:
         run_id: int | None = None,
         first_seq: int = 0,
         datapath: str | None = None,
+        lanes: int = LANES,
     ) -> None:
         """`run_id`: this server's run number (1..2^32-1); None draws one at random, so that
         a job restarted with a new PS never meets its killed run's chunks (1 in 2^32 that
         it draws the same). `size`: elements per iteration, or None: chunks of any
         number, each completed on its own (a training job's buckets of any size; the
         iterations then count chunks). `first_seq`: the job's first sequence number.
-        `datapath`: for `serve`, as `Worker`'s (`run` is Python's)."""
+        `datapath`: for `serve`, as `Worker`'s (`run` is Python's). `lanes`: values a
+        packet, as the workers'; a packet of another size is dropped and counted
+        (`other_sizes`), with one warning naming both sizes."""
+        self.lanes = check_lanes(lanes)
+        self.other_sizes = 0
         if run_id is not None and not 0 < run_id <= 0xFFFFFFFF:
             raise ValueError(f"run_id: {run_id} outside 1..{0xFFFFFFFF}")
         if len(workers) != fixed.workers:
@@ -439,7 +456,7 @@ class ParameterServer:
         self.job_id, self.fixed, self.size, self.workers = job_id, fixed, size, workers
         self.first_seq = first_seq
         # Open-ended (no size): one chunk per "iteration" for the bookkeeping below.
-        self.chunks = chunk_count(size) if size is not None else 1
+        self.chunks = chunk_count(size, lanes) if size is not None else 1
         self.all_mask = (1 << fixed.workers) - 1
         self.sock = _socket()
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
@@ -480,6 +497,16 @@ class ParameterServer:
                 )  # fmt: skip
                 self.sock.sendto(pkt.encode(), self.workers[w])
 
+    def _other_size(self, pkt: AggPacket) -> None:
+        """A packet with another number of values than this server's chunks: dropped."""
+        if not self.other_sizes:
+            log.warning(
+                "job %d: rank %d sends %d values a packet, this parameter server takes %d "
+                "(set the same lanes on both); such packets are dropped",
+                self.job_id, pkt.worker_id, len(pkt.values), self.lanes,
+            )  # fmt: skip
+        self.other_sizes += 1
+
     def _answer_join(self, worker: int) -> None:
         """Tell `worker` this server's run (the answer to a JOIN; to a packet of another
         run, it tells the worker that the server restarted)."""
@@ -492,7 +519,7 @@ class ParameterServer:
 
     def _recv(self) -> tuple[bytes, bool]:
         """A datagram, and whether it arrived marked CE."""
-        data, anc, _, _ = self.sock.recvmsg(2048, socket.CMSG_SPACE(1))
+        data, anc, _, _ = self.sock.recvmsg(packet_bytes(MAX_LANES) + 64, socket.CMSG_SPACE(1))
         ce = any(
             level == socket.IPPROTO_IP and kind == socket.IP_TOS and raw and raw[0] & 3 == 3
             for level, kind, raw in anc
@@ -537,18 +564,19 @@ class ParameterServer:
             raise ValueError("size: run() counts iterations of `size` elements; serve() has none")
         results: list[IterationResult] = []
         open_chunks: dict[int, _Chunk] = {}
+        L = self.lanes
         # Chunks are counted without bound from `first_seq` (index 0); a packet's seq is
         # read as the index nearest the oldest incomplete one, modulo 2^32.
         done_upto = 0  # every index below it is complete
         done_ahead: set[int] = set()
         cur: IterationResult | None = None
         cur_start = 0.0
-        totals = np.zeros(self.chunks * LANES, np.int64)
+        totals = np.zeros(self.chunks * self.lanes, np.int64)
         # The previous iteration's sums: a worker may still wait for one of its
         # acknowledgements (lost) while the others have started the next iteration. Older
         # ones cannot be waited for: iteration k completes only after every worker has
         # every acknowledgement of k - 1.
-        previous = np.zeros(self.chunks * LANES, np.int64)
+        previous = np.zeros(self.chunks * self.lanes, np.int64)
         remaining = self.chunks
         stop_at = time.perf_counter() + deadline
         linger_until: float | None = None
@@ -579,12 +607,15 @@ class ParameterServer:
                     open_chunks.clear()
                     done_upto, done_ahead = 0, set()
                     cur, remaining = None, self.chunks
-                    totals = np.zeros(self.chunks * LANES, np.int64)
-                    previous = np.zeros(self.chunks * LANES, np.int64)
+                    totals = np.zeros(self.chunks * self.lanes, np.int64)
+                    previous = np.zeros(self.chunks * self.lanes, np.int64)
                 continue
             if pkt.run != self.run_id:
                 self.other_runs += 1
                 self._answer_join(pkt.worker_id)
+                continue
+            if len(pkt.values) != L:
+                self._other_size(pkt)
                 continue
             seq = done_upto + _signed32(pkt.seq - self.first_seq - done_upto)
             if seq < 0:
@@ -598,7 +629,7 @@ class ParameterServer:
                 else:
                     continue  # stale: nobody can be waiting for it
                 self._ack(
-                    pkt.seq, pkt.contributors & self.all_mask, src[c * LANES : (c + 1) * LANES],
+                    pkt.seq, pkt.contributors & self.all_mask, src[c * L : (c + 1) * L],
                     pkt.max_queue, ce,
                 )  # fmt: skip
                 continue
@@ -609,7 +640,9 @@ class ParameterServer:
                 cur_start = time.perf_counter()
                 if iterations is None:  # open-ended: the deadline runs from the first packet
                     stop_at = cur_start + deadline
-            ch = open_chunks.setdefault(seq, _Chunk())
+            ch = open_chunks.get(seq)
+            if ch is None:
+                ch = open_chunks[seq] = _Chunk(np.zeros(L, np.int64))
             ch.queue, ch.ce = max(ch.queue, pkt.max_queue), ch.ce or ce
             if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:
                 cur.duplicates += 1
@@ -627,7 +660,7 @@ class ParameterServer:
                     self._status(pkt.seq, pkt.contributors & self.all_mask, ch.bitmap)
                 continue
             self.fixed.check_sum(ch.acc)
-            totals[c * LANES : (c + 1) * LANES] = ch.acc
+            totals[c * L : (c + 1) * L] = ch.acc
             del open_chunks[seq]
             done_ahead.add(seq)
             while done_upto in done_ahead:
@@ -642,13 +675,13 @@ class ParameterServer:
                 if each is not None:
                     each(cur)
                 cur, remaining = None, self.chunks
-                previous, totals = totals, np.zeros(self.chunks * LANES, np.int64)
+                previous, totals = totals, np.zeros(self.chunks * self.lanes, np.int64)
                 stop_at = time.perf_counter() + deadline
                 if len(results) == iterations:
                     linger_until = time.perf_counter() + linger
 
     def serve(
-        self, retain: int = RETAIN, each: Callable[[IterationResult], None] | None = None
+        self, retain: int | None = None, each: Callable[[IterationResult], None] | None = None
     ) -> ServeStats:
         """A training job's parameter server, until `stop()`: chunks of any number, each
         completed on its own (a bucket of any size is its chunks; no iteration size to
@@ -658,12 +691,15 @@ class ParameterServer:
         against it (its ranks join with new nonces) gets a new run; a job that stops
         leaves it serving. `each` is called once per step, when every chunk up to one a
         worker flagged as a step's last (FLAG_END) is complete, with the step's packets
-        (`total` is empty: a step is several exchanges of any sizes)."""
+        (`total` is empty: a step is several exchanges of any sizes). `retain` defaults to
+        RETAIN chunks of 32 values, fewer of larger chunks (the same 32 MB of sums)."""
+        if retain is None:
+            retain = RETAIN * LANES // self.lanes
         if not 1 <= retain <= 1 << 20:
             raise ValueError(f"retain: {retain} outside 1..{1 << 20}")
         if self.datapath == "native":
             return native.serve(self, retain, each)
-        ring = np.zeros((retain, LANES), np.int64)
+        ring = np.zeros((retain, self.lanes), np.int64)
         ring_idx = np.full(retain, -1, np.int64)
         open_chunks: dict[int, _Chunk] = {}
         low = 0  # the oldest index not complete; indices count from `first_seq`
@@ -698,6 +734,9 @@ class ParameterServer:
                 self.other_runs += 1
                 self._answer_join(pkt.worker_id)
                 continue
+            if len(pkt.values) != self.lanes:
+                self._other_size(pkt)
+                continue
             idx = low + _signed32(pkt.seq - self.first_seq - low)
             if idx < 0:
                 continue
@@ -709,7 +748,9 @@ class ParameterServer:
                 continue
             if idx - low >= retain:
                 continue  # further ahead than any worker can be: not kept
-            ch = open_chunks.setdefault(idx, _Chunk())
+            ch = open_chunks.get(idx)
+            if ch is None:
+                ch = open_chunks[idx] = _Chunk(np.zeros(self.lanes, np.int64))
             ch.queue, ch.ce = max(ch.queue, pkt.max_queue), ch.ce or ce
             if ch.bitmap & pkt.contributors or pkt.contributors & ~self.all_mask:
                 stats.duplicates += 1

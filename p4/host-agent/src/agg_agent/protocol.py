@@ -5,13 +5,21 @@ Mirrors `agg_t` and `agg_value_t[AGG_LANES]` in p4/include/headers.p4.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 
 from agg_agent import p4names
 
 LANES = 32
-"""int32 values per packet (AGG_LANES in p4/include/defines.p4)."""
+"""int32 values per packet that the switches sum (AGG_LANES in p4/include/defines.p4): the
+chunk size of every job that switches aggregate, and the default."""
+MAX_LANES = 8192
+"""The most values a packet may carry: a job's chunk is `LANES * k` values, k = 1..256. A
+switch sums only packets of exactly `LANES` values and forwards others untouched, so a job
+whose sums the parameter server makes (no aggregating switch, or loopback) may send larger
+chunks: fewer packets for the hosts (docs/protocols.md, "Chunk size"). Past about 350 values
+a packet no longer fits a 1500-byte MTU."""
 MAX_WORKERS = 32
 """Workers per job: the contributor bitmap is 32 bits wide."""
 UDP_PORT = p4names.AGG_UDP_PORT
@@ -24,9 +32,28 @@ FLAG_JOIN = 0x10  # a worker asks the parameter server for its run; the answer a
 FLAG_END = 0x20  # the last chunk of a step's exchange: the PS reports a step when it is in
 
 _HEADER = struct.Struct("!HHBBBBIII")
-_VALUES = struct.Struct(f"!{LANES}i")
 HEADER_BYTES = _HEADER.size
-PACKET_BYTES = _HEADER.size + _VALUES.size
+PACKET_BYTES = _HEADER.size + 4 * LANES
+"""Bytes of a packet of `LANES` values (UDP payload)."""
+
+
+def check_lanes(lanes: int, name: str = "lanes") -> int:
+    """`lanes` if it is a chunk size the wire format allows, else ValueError naming it."""
+    if not (LANES <= lanes <= MAX_LANES and lanes % LANES == 0):
+        raise ValueError(
+            f"{name}: {lanes} values a packet; a multiple of {LANES} up to {MAX_LANES}"
+        )
+    return lanes
+
+
+def packet_bytes(lanes: int = LANES) -> int:
+    """Bytes of a packet carrying `lanes` values (UDP payload)."""
+    return HEADER_BYTES + 4 * lanes
+
+
+@functools.cache
+def _values(lanes: int) -> struct.Struct:
+    return struct.Struct(f"!{lanes}i")
 
 
 class PacketError(ValueError):
@@ -69,8 +96,9 @@ class AggPacket:
         _check("contributors", self.contributors, 0xFFFFFFFF)
         _check("seq", self.seq, 0xFFFFFFFF)
         _check("run", self.run, 0xFFFFFFFF)
-        if len(self.values) != LANES:
-            raise PacketError(f"values: {len(self.values)} lanes, the packet has {LANES}")
+        n = len(self.values)
+        if not (LANES <= n <= MAX_LANES and n % LANES == 0):
+            raise PacketError(f"values: {n} lanes; a multiple of {LANES} up to {MAX_LANES}")
         head = _HEADER.pack(
             self.job_id,
             self.slot,
@@ -83,18 +111,22 @@ class AggPacket:
             self.run,
         )
         try:
-            return head + _VALUES.pack(*self.values)
+            return head + _values(n).pack(*self.values)
         except struct.error as e:
             raise PacketError(f"values: not int32 ({e})") from None
 
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview) -> AggPacket:
-        if len(buf) < PACKET_BYTES:
-            raise PacketError(f"length: {len(buf)} B, an aggregation packet has {PACKET_BYTES}")
+        lanes, odd = divmod(len(buf) - HEADER_BYTES, 4)
+        if odd or not (LANES <= lanes <= MAX_LANES and lanes % LANES == 0):
+            raise PacketError(
+                f"length: {len(buf)} B; an aggregation packet has {HEADER_BYTES} + 4 * "
+                f"{LANES} * k (k = 1..{MAX_LANES // LANES})"
+            )
         job, slot, worker, fan_in, flags, queue, contributors, seq, run = _HEADER.unpack_from(
             buf, 0
         )
-        values = _VALUES.unpack_from(buf, _HEADER.size)
+        values = _values(lanes).unpack_from(buf, HEADER_BYTES)
         return cls(job, slot, worker, fan_in, seq, contributors, flags, values, queue, run)
 
     @property

@@ -19,7 +19,9 @@ from agg_agent.protocol import (
     FLAG_JOIN,
     FLAG_RETRANSMIT,
     LANES,
+    MAX_LANES,
     AggPacket,
+    packet_bytes,
 )
 
 SLOTS = 1024
@@ -68,6 +70,8 @@ class SwitchModel:
         cfg = self.jobs.get(pkt.job_id)
         if pkt.flags & (FLAG_ACK | FLAG_JOIN) or cfg is None or pkt.slot >= cfg.pool_size:
             return Verdict.FORWARD
+        if len(pkt.values) != LANES:
+            return Verdict.FORWARD  # a chunk of another size: the PS sums it, not the switch
         s = self.slots[cfg.pool_base + pkt.slot]
         tag = (pkt.seq + 1) & 0xFFFFFFFF
         if s.run != pkt.run:
@@ -144,7 +148,7 @@ class UdpSwitch:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                data = self.sock.recv(2048)
+                data = self.sock.recv(packet_bytes(MAX_LANES) + 64)
             except TimeoutError:
                 continue
             if self._rng.random() < self.loss:
