@@ -2,7 +2,8 @@
 reference: the same buckets through every mix of C and Python workers and parameter
 servers, over real UDP through the switch model with loss (retransmissions, flushed partial
 sums, status acknowledgements), across the sequence-number wrap and a job started again:
-the sums must be identical, integer for integer, and equal to the exact sum."""
+the sums must be identical, integer for integer, and equal to the exact sum. With chunks
+larger than the switch's 32 values, the switch forwards them untouched and the PS sums."""
 
 from __future__ import annotations
 
@@ -33,18 +34,20 @@ def buckets(seed: int) -> list[list[np.ndarray]]:
             for n in SIZES]  # fmt: skip
 
 
-def run_job(worker_path: str, ps_path: str, loss: float, first_seq: int = 0) -> list[np.ndarray]:
+def run_job(
+    worker_path: str, ps_path: str, loss: float, first_seq: int = 0, lanes: int = LANES
+) -> list[np.ndarray]:
     """Every bucket through a job whose workers and PS use the given paths: worker 0's sums
     (every worker's asserted equal), and the PS's stats."""
     fp = FixedPoint(1.0, W)
     ps = ParameterServer(5, fp, None, [("127.0.0.1", 9)] * W, first_seq=first_seq,
-                         datapath=ps_path)  # fmt: skip
+                         datapath=ps_path, lanes=lanes)  # fmt: skip
     assert ps.datapath == ps_path
     model = SwitchModel({5: JobConfig(pool_base=0, pool_size=6, fan_in=W)})
     stats: list[ServeStats] = []
     with UdpSwitch(model, ps.address, loss=loss, seed=7) as sw:
         ws = [Worker(5, w, fp, sw.address, 6, timeout=0.02, max_retries=1 << 30,
-                     deadline_s=60, first_seq=first_seq, datapath=worker_path)
+                     deadline_s=60, first_seq=first_seq, datapath=worker_path, lanes=lanes)
               for w in range(W)]  # fmt: skip
         assert all(w.datapath == worker_path for w in ws)
         ps.workers = [w.address for w in ws]
@@ -68,16 +71,18 @@ def run_job(worker_path: str, ps_path: str, loss: float, first_seq: int = 0) -> 
             for w in ws:
                 w.close()
             ps.close()
-    assert stats and stats[0].steps == 1 and stats[0].chunks == sum(-(-n // LANES) for n in SIZES)
-    if loss == 0:
+    assert stats and stats[0].steps == 1 and stats[0].chunks == sum(-(-n // lanes) for n in SIZES)
+    if loss == 0 and lanes == LANES:
         assert stats[0].aggregated_packets == stats[0].chunks  # the switch summed them all
+    if lanes != LANES:  # the switch forwards chunks of another size: the PS sums them
+        assert stats[0].aggregated_packets == 0 and stats[0].raw_packets >= W * stats[0].chunks
     return out
 
 
-@pytest.mark.parametrize("loss", [0.0, 0.03])
-def test_c_and_python_endpoints_give_identical_sums_in_every_mix(loss: float) -> None:
+@pytest.mark.parametrize(("loss", "lanes"), [(0.0, LANES), (0.03, LANES), (0.03, 8 * LANES)])
+def test_c_and_python_endpoints_give_identical_sums_in_every_mix(loss: float, lanes: int) -> None:
     runs = {
-        (wp, pp): run_job(wp, pp, loss)
+        (wp, pp): run_job(wp, pp, loss, lanes=lanes)
         for wp in ("python", "native")
         for pp in ("python", "native")
     }
@@ -90,6 +95,40 @@ def test_the_c_path_across_the_wrap_under_loss() -> None:
     ref = run_job("python", "python", 0.03, first_seq=NEAR_WRAP)
     got = run_job("native", "native", 0.03, first_seq=NEAR_WRAP)
     assert all(np.array_equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+@pytest.mark.parametrize("path", ["python", "native"])
+def test_a_server_of_another_chunk_size_drops_and_counts_the_packets(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Workers sending 64 values a packet to a PS of 32: nothing is summed wrongly, the
+    exchange fails naming the PS, and the PS counts and names the mismatch once."""
+    fp = FixedPoint(1.0, 1)
+    ps = ParameterServer(5, fp, None, [("127.0.0.1", 9)], datapath=path)
+    t = threading.Thread(target=ps.serve, daemon=True)
+    w = Worker(5, 0, fp, ps.address, 4, timeout=0.02, deadline_s=1.0, datapath=path, lanes=64)
+    try:
+        ps.workers = [w.address]
+        t.start()
+        with caplog.at_level("WARNING"), pytest.raises(TimeoutError, match="parameter server"):
+            w.exchange(np.arange(200, dtype=np.int32))
+        assert ps.other_sizes >= 4
+        assert sum("another number of values" in r.message or "sends 64 values" in r.message
+                   for r in caplog.records) == 1  # fmt: skip
+    finally:
+        ps.stop()
+        t.join(10)
+        ps.close()
+        w.close()
+
+
+def test_a_chunk_size_outside_the_wire_format_is_refused() -> None:
+    fp = FixedPoint(1.0, 1)
+    for bad in (0, 16, 33, 8192 + 32):
+        with pytest.raises(ValueError, match="lanes"):
+            Worker(5, 0, fp, ("127.0.0.1", 9), lanes=bad)
+        with pytest.raises(ValueError, match="lanes"):
+            ParameterServer(5, fp, None, [("127.0.0.1", 9)], lanes=bad)
 
 
 def test_the_c_server_starts_a_new_run_for_a_job_started_again() -> None:
@@ -133,6 +172,10 @@ def test_the_hook_from_its_environment_names_a_bad_setting(monkeypatch: pytest.M
     with pytest.raises(ValueError, match="AGG_OVERLAP"):
         AggregationHook.from_env(0, 1)
     monkeypatch.setenv("AGG_OVERLAP", "0")
+    monkeypatch.setenv("AGG_LANES", "48")
+    with pytest.raises(ValueError, match="AGG_LANES: 48"):
+        AggregationHook.from_env(0, 1)
+    monkeypatch.setenv("AGG_LANES", "256")
     monkeypatch.setenv("AGG_DATAPATH", "fast")
     with pytest.raises(ValueError, match="AGG_DATAPATH"):
         AggregationHook.from_env(0, 1)
@@ -141,5 +184,6 @@ def test_the_hook_from_its_environment_names_a_bad_setting(monkeypatch: pytest.M
         hook = AggregationHook.from_env(0, 1)
         try:
             assert hook.worker.datapath == path and not hook.overlap
+            assert hook.worker.lanes == 256
         finally:
             hook.close()

@@ -9,6 +9,7 @@
  * machine's C compiler on first use; called through ctypes.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -20,9 +21,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#define LANES 32
+#define LANES 32           /* values a packet that switches sum; chunks are LANES * k */
+#define MAX_LANES 8192
 #define HEADER 20
 #define PACKET (HEADER + 4 * LANES)
+#define MAX_PACKET (HEADER + 4 * MAX_LANES)
 #define BATCH 64
 #define F_AGGREGATED 0x01
 #define F_RETRANSMIT 0x02
@@ -33,6 +36,22 @@
 #define MAX_WORKERS 32
 
 int agg_lanes(void) { return LANES; }
+int agg_max_lanes(void) { return MAX_LANES; }
+
+/* Batches of datagrams of up to `size` bytes each, reused by a thread's calls. */
+typedef struct {
+    size_t size;
+    uint8_t *buf;          /* BATCH * size */
+} batch_t;
+
+static uint8_t *batch(batch_t *b, size_t size) {
+    if (b->size < size) {
+        uint8_t *p = realloc(b->buf, BATCH * size);
+        if (!p) return NULL;
+        b->buf = p; b->size = size;
+    }
+    return b->buf;
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -65,6 +84,19 @@ static void decode_header(const uint8_t *p, header_t *h) {
     h->contributors = get32(p + 8); h->seq = get32(p + 12); h->run = get32(p + 16);
 }
 
+/* A chunk's packet: the header, then `n` values in network order. */
+static void put_chunk(uint8_t *p, const header_t *h, const int32_t *v, int n) {
+    encode_header(p, h);
+    uint32_t *o = (uint32_t *)(p + HEADER);  /* HEADER is a multiple of 4 */
+    for (int l = 0; l < n; l++) o[l] = htonl((uint32_t)v[l]);
+}
+
+/* `n` values in network order as int64 (the worker's sums). */
+static void get_sums(int64_t *out, const uint8_t *p, int n) {
+    const uint32_t *v = (const uint32_t *)p;
+    for (int l = 0; l < n; l++) out[l] = (int32_t)ntohl(v[l]);
+}
+
 /* A difference of sequence numbers modulo 2^32, as the nearest signed value. */
 static int64_t signed32(int64_t d) {
     d &= 0xFFFFFFFFLL;
@@ -81,6 +113,7 @@ typedef struct {
     uint8_t worker, fan_in;
     uint16_t window;
     uint32_t run;
+    int32_t lanes;         /* values a packet (LANES * k) */
     double timeout_s;
     double deadline_s;     /* < 0: none */
     int64_t max_retries;
@@ -100,8 +133,8 @@ typedef struct {
     int64_t queue_counts[256];
 } worker_out;
 
-/* Send `chunks` chunks of `q` (chunks * LANES int32) from index `first` on; every worker's
- * sum into `sums` (chunks * LANES int64). Returns 0, or -1 with out->fail set. */
+/* Send `chunks` chunks of `q` (chunks * lanes int32) from index `first` on; every worker's
+ * sum into `sums` (chunks * lanes int64). Returns 0, or -1 with out->fail set. */
 int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, int64_t chunks,
                         int32_t end, int64_t *sums, worker_out *out) {
     const uint32_t everyone = cfg->fan_in >= 32 ? 0xFFFFFFFFu : ((1u << cfg->fan_in) - 1);
@@ -110,23 +143,29 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
     double *born = malloc(sizeof(double) * ((size_t)chunks + 1));
     int64_t *tries = calloc((size_t)chunks + 1, sizeof(int64_t));
     int64_t *missing = malloc(sizeof(int64_t) * ((size_t)chunks + 1));
-    static __thread uint8_t sbuf[BATCH][PACKET], rbuf[BATCH][PACKET + 64];
+    static __thread batch_t sb, rb;
+    const int L = cfg->lanes;
+    const size_t packet = HEADER + 4 * (size_t)L, rsize = packet + 64;
+    uint8_t *sbase = batch(&sb, packet), *rbase = batch(&rb, rsize);
     struct mmsghdr smsg[BATCH], rmsg[BATCH];
     struct iovec siov[BATCH], riov[BATCH];
     struct sockaddr_in to = {0};
     int rc = 0;
     const double start = now_s();
-    if (!acked || !sent_at || !born || !tries || !missing) {
+    if (L < LANES || L > MAX_LANES || L % LANES) {
+        out->fail = 3; out->fail_errno = EINVAL; rc = -1; goto done;
+    }
+    if (!acked || !sent_at || !born || !tries || !missing || !sbase || !rbase) {
         out->fail = 3; out->fail_errno = ENOMEM; rc = -1; goto done;
     }
     for (int64_t c = 0; c < chunks; c++) { sent_at[c] = -1.0; missing[c] = -1; }
     to.sin_family = AF_INET; to.sin_addr.s_addr = cfg->target_ip; to.sin_port = cfg->target_port;
     memset(smsg, 0, sizeof smsg); memset(rmsg, 0, sizeof rmsg);
     for (int i = 0; i < BATCH; i++) {
-        siov[i].iov_base = sbuf[i]; siov[i].iov_len = PACKET;
+        siov[i].iov_base = sbase + i * packet; siov[i].iov_len = packet;
         smsg[i].msg_hdr.msg_iov = &siov[i]; smsg[i].msg_hdr.msg_iovlen = 1;
         smsg[i].msg_hdr.msg_name = &to; smsg[i].msg_hdr.msg_namelen = sizeof to;
-        riov[i].iov_base = rbuf[i]; riov[i].iov_len = sizeof rbuf[i];
+        riov[i].iov_base = rbase + i * rsize; riov[i].iov_len = rsize;
         rmsg[i].msg_hdr.msg_iov = &riov[i]; rmsg[i].msg_hdr.msg_iovlen = 1;
     }
     header_t h = {cfg->job, 0, cfg->worker, cfg->fan_in, 0, 0, 1u << cfg->worker, 0, cfg->run};
@@ -140,8 +179,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             h.slot = (uint16_t)(index % cfg->window);
             h.seq = (uint32_t)(index & 0xFFFFFFFFLL);
             h.flags = (end && nxt == chunks - 1) ? F_END : 0;
-            encode_header(sbuf[ns], &h);
-            for (int l = 0; l < LANES; l++) put32(sbuf[ns] + HEADER + 4 * l, (uint32_t)q[nxt * LANES + l]);
+            put_chunk(sbase + ns * packet, &h, q + nxt * L, L);
             sent_at[nxt] = born[nxt] = now_s();
             tries[nxt] = 0;
             nxt++; ns++;
@@ -160,8 +198,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             h.slot = (uint16_t)(index % cfg->window);
             h.seq = (uint32_t)(index & 0xFFFFFFFFLL);
             h.flags = F_RETRANSMIT | ((end && c == chunks - 1) ? F_END : 0);
-            encode_header(sbuf[ns], &h);
-            for (int l = 0; l < LANES; l++) put32(sbuf[ns] + HEADER + 4 * l, (uint32_t)q[c * LANES + l]);
+            put_chunk(sbase + ns * packet, &h, q + c * L, L);
             sent_at[c] = t;
             out->retrans++; ns++;
         }
@@ -191,9 +228,10 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             out->fail = 3; out->fail_errno = errno; rc = -1; goto done;
         }
         for (int i = 0; i < got; i++) {
+            const uint8_t *r = rbase + i * rsize;
             if (rmsg[i].msg_len < PACKET) continue;
             header_t a;
-            decode_header(rbuf[i], &a);
+            decode_header(r, &a);
             if (!(a.flags & F_ACK) || a.job != cfg->job) continue;
             if ((a.flags & F_JOIN) && a.run != cfg->run) {
                 out->fail = 2; out->reset_run = a.run; rc = -1; goto done;
@@ -202,9 +240,9 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             int64_t c = (int64_t)(((uint64_t)a.seq - (uint64_t)first) & 0xFFFFFFFFULL);
             if (c >= chunks || acked[c]) continue;
             if (a.contributors != everyone) { missing[c] = a.contributors; continue; }
+            if (rmsg[i].msg_len != packet) continue;  /* a sum of other chunks than ours */
             acked[c] = 1;
-            for (int l = 0; l < LANES; l++)
-                sums[c * LANES + l] = (int32_t)get32(rbuf[i] + HEADER + 4 * l);
+            get_sums(sums + c * L, r + HEADER, L);
             if (sent_at[c] >= 0 && tries[c] == 0) {  /* Karn: first transmissions only */
                 double rtt = now_s() - sent_at[c];
                 out->srtt = out->srtt < 0 ? rtt : 0.875 * out->srtt + 0.125 * rtt;
@@ -236,25 +274,27 @@ typedef struct {
     struct sockaddr_in addrs[MAX_WORKERS];
     uint32_t run, first_seq;
     int64_t retain;
+    int32_t lanes;             /* values a packet (LANES * k) */
     int64_t low;               /* the oldest index not complete */
     uint32_t nonces[MAX_WORKERS];
     /* per ring slot (index mod retain) */
     int64_t *idx;              /* the index it holds, -1: none */
     uint32_t *bitmap;
     uint8_t *complete, *end, *queue, *ce;
-    int64_t *acc;              /* LANES a slot */
+    int64_t *acc;              /* lanes a slot */
     double step_start;
     /* outgoing batch */
     struct mmsghdr smsg[BATCH];
     struct iovec siov[BATCH];
-    uint8_t sbuf[BATCH][PACKET];
+    uint8_t *sbuf;             /* BATCH packets of `lanes` values */
     int ns;
+    int64_t other_sizes;       /* packets with another number of values: dropped */
 } ps_t;
 
 void agg_ps_free(ps_t *ps) {
     if (!ps) return;
     free(ps->idx); free(ps->bitmap); free(ps->complete); free(ps->end); free(ps->queue);
-    free(ps->ce); free(ps->acc); free(ps);
+    free(ps->ce); free(ps->acc); free(ps->sbuf); free(ps);
 }
 
 static void ps_clear(ps_t *ps) {
@@ -263,13 +303,14 @@ static void ps_clear(ps_t *ps) {
 }
 
 ps_t *agg_ps_new(int fd, uint16_t job, int workers, const uint32_t *ips, const uint16_t *ports,
-                 uint32_t run, uint32_t first_seq, int64_t retain) {
+                 uint32_t run, uint32_t first_seq, int64_t retain, int32_t lanes) {
     if (workers < 1 || workers > MAX_WORKERS || retain < 1) return NULL;
+    if (lanes < LANES || lanes > MAX_LANES || lanes % LANES) return NULL;
     ps_t *ps = calloc(1, sizeof *ps);
     if (!ps) return NULL;
     ps->fd = fd; ps->job = job; ps->workers = workers;
     ps->all_mask = workers >= 32 ? 0xFFFFFFFFu : ((1u << workers) - 1);
-    ps->run = run; ps->first_seq = first_seq; ps->retain = retain;
+    ps->run = run; ps->first_seq = first_seq; ps->retain = retain; ps->lanes = lanes;
     for (int w = 0; w < workers; w++) {
         ps->addrs[w].sin_family = AF_INET;
         ps->addrs[w].sin_addr.s_addr = ips[w];
@@ -281,14 +322,17 @@ ps_t *agg_ps_new(int fd, uint16_t job, int workers, const uint32_t *ips, const u
     ps->end = calloc((size_t)retain, 1);
     ps->queue = calloc((size_t)retain, 1);
     ps->ce = calloc((size_t)retain, 1);
-    ps->acc = calloc((size_t)retain * LANES, sizeof(int64_t));
-    if (!ps->idx || !ps->bitmap || !ps->complete || !ps->end || !ps->queue || !ps->ce || !ps->acc) {
+    ps->acc = calloc((size_t)retain * (size_t)lanes, sizeof(int64_t));
+    const size_t packet = HEADER + 4 * (size_t)lanes;
+    ps->sbuf = malloc(BATCH * packet);
+    if (!ps->idx || !ps->bitmap || !ps->complete || !ps->end || !ps->queue || !ps->ce || !ps->acc
+        || !ps->sbuf) {
         agg_ps_free(ps);
         return NULL;
     }
     ps_clear(ps);
     for (int i = 0; i < BATCH; i++) {
-        ps->siov[i].iov_base = ps->sbuf[i]; ps->siov[i].iov_len = PACKET;
+        ps->siov[i].iov_base = ps->sbuf + i * packet; ps->siov[i].iov_len = packet;
         ps->smsg[i].msg_hdr.msg_iov = &ps->siov[i]; ps->smsg[i].msg_hdr.msg_iovlen = 1;
         ps->smsg[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
@@ -297,6 +341,7 @@ ps_t *agg_ps_new(int fd, uint16_t job, int workers, const uint32_t *ips, const u
 }
 
 uint32_t agg_ps_run(const ps_t *ps) { return ps->run; }
+int64_t agg_ps_other_sizes(const ps_t *ps) { return ps->other_sizes; }
 
 /* The workers' addresses changed (the Python server reads them at every send). */
 void agg_ps_set_workers(ps_t *ps, const uint32_t *ips, const uint16_t *ports) {
@@ -318,11 +363,19 @@ static void ps_flush(ps_t *ps) {
     ps->ns = 0;
 }
 
+/* A packet to worker `w`: with the chunk's `lanes` sums, or (values NULL: a status or a
+ * join's answer) LANES zeros, as the Python server's. */
 static void ps_send(ps_t *ps, int w, const header_t *h, const int64_t *values) {
     if (ps->ns == BATCH) ps_flush(ps);
-    uint8_t *p = ps->sbuf[ps->ns];
+    const size_t packet = HEADER + 4 * (size_t)ps->lanes;
+    uint8_t *p = ps->sbuf + ps->ns * packet;
     encode_header(p, h);
-    for (int l = 0; l < LANES; l++) put32(p + HEADER + 4 * l, values ? (uint32_t)values[l] : 0);
+    uint32_t *o = (uint32_t *)(p + HEADER);
+    if (values)
+        for (int l = 0; l < ps->lanes; l++) o[l] = htonl((uint32_t)values[l]);
+    else
+        memset(o, 0, 4 * LANES);
+    ps->siov[ps->ns].iov_len = values ? packet : PACKET;
     ps->smsg[ps->ns].msg_hdr.msg_name = &ps->addrs[w];
     ps->ns++;
 }
@@ -355,14 +408,18 @@ static uint32_t random32(void) {
  * completed, or -1 with `overflow_out` (chunk index, lane, sum) where a sum left int32. */
 int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, int64_t max_steps,
                     int64_t *overflow_out) {
-    static __thread uint8_t rbuf[BATCH][PACKET + 64];
+    static __thread batch_t rb;
     static __thread uint8_t cbuf[BATCH][64];
+    const int L = ps->lanes;
+    const size_t packet = HEADER + 4 * (size_t)L, rsize = MAX_PACKET + 64;
+    uint8_t *rbase = batch(&rb, rsize);  /* any size, to count the ones of another */
+    if (!rbase) return -2;
     struct mmsghdr rmsg[BATCH];
     struct iovec riov[BATCH];
     int64_t steps = 0;
     memset(rmsg, 0, sizeof rmsg);
     for (int i = 0; i < BATCH; i++) {
-        riov[i].iov_base = rbuf[i]; riov[i].iov_len = sizeof rbuf[i];
+        riov[i].iov_base = rbase + i * rsize; riov[i].iov_len = rsize;
         rmsg[i].msg_hdr.msg_iov = &riov[i]; rmsg[i].msg_hdr.msg_iovlen = 1;
     }
     double until = now_s() + timeout_ms / 1000.0;
@@ -383,9 +440,10 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
             continue;
         }
         for (int i = 0; i < got; i++) {
+            const uint8_t *r = rbase + i * rsize;
             if (rmsg[i].msg_len < PACKET) continue;
             header_t p;
-            decode_header(rbuf[i], &p);
+            decode_header(r, &p);
             if (p.job != ps->job || (p.flags & F_ACK)) continue;
             int ce = 0;
             for (struct cmsghdr *cm = CMSG_FIRSTHDR(&rmsg[i].msg_hdr); cm;
@@ -407,20 +465,21 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
                 continue;
             }
             if (p.run != ps->run) { st->other_runs++; answer_join(ps, p.worker); continue; }
+            if (rmsg[i].msg_len != packet) { ps->other_sizes++; continue; }
             int64_t idx = ps->low + signed32((int64_t)p.seq - ps->first_seq - ps->low);
             if (idx < 0) continue;
             uint32_t mask = p.contributors & ps->all_mask;
             int64_t s = idx % ps->retain;
             if (idx < ps->low || (ps->idx[s] == idx && ps->complete[s])) {
                 if (ps->idx[s] == idx && ps->complete[s])  /* acknowledged again, with its sum */
-                    ack(ps, p.seq, mask, ps->acc + s * LANES, ps->all_mask, p.queue, ce);
+                    ack(ps, p.seq, mask, ps->acc + s * L, ps->all_mask, p.queue, ce);
                 continue;
             }
             if (idx - ps->low >= ps->retain) continue;  /* further ahead than any worker can be */
             if (ps->idx[s] != idx) {  /* open it (a slot's older chunk is long complete) */
                 ps->idx[s] = idx; ps->bitmap[s] = 0; ps->complete[s] = 0; ps->end[s] = 0;
                 ps->queue[s] = 0; ps->ce[s] = 0;
-                memset(ps->acc + s * LANES, 0, sizeof(int64_t) * LANES);
+                memset(ps->acc + s * L, 0, sizeof(int64_t) * (size_t)L);
             }
             if (p.queue > ps->queue[s]) ps->queue[s] = p.queue;
             ps->ce[s] |= (uint8_t)ce;
@@ -433,13 +492,14 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
             else { st->raw++; st->step_raw++; }
             if (p.flags & F_END) ps->end[s] = 1;
             ps->bitmap[s] |= p.contributors;
-            int64_t *acc = ps->acc + s * LANES;
-            for (int l = 0; l < LANES; l++) acc[l] += (int32_t)get32(rbuf[i] + HEADER + 4 * l);
+            int64_t *acc = ps->acc + s * L;
+            const uint32_t *v = (const uint32_t *)(r + HEADER);
+            for (int l = 0; l < L; l++) acc[l] += (int32_t)ntohl(v[l]);
             if (ps->bitmap[s] != ps->all_mask) {
                 if (p.flags & F_RETRANSMIT) ack(ps, p.seq, mask, NULL, ps->bitmap[s], 0, 0);
                 continue;
             }
-            for (int l = 0; l < LANES; l++) {
+            for (int l = 0; l < L; l++) {
                 if (acc[l] > INT32_MAX || acc[l] < -(int64_t)INT32_MAX) {
                     overflow_out[0] = idx; overflow_out[1] = l; overflow_out[2] = acc[l];
                     ps_flush(ps);
@@ -468,5 +528,101 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
             st->chunks++;
         }
         if (steps >= max_steps) { ps_flush(ps); return steps; }
+    }
+}
+
+/* ------------------------------------------------- block floating point (blockfloat.py) -- */
+/* The hook's conversions, as agg_agent/blockfloat.py's `agreement`, `encode` and `decode`
+ * compute them (the reference; tests/agent/test_blockfloat.py requires identical output). */
+
+#include <math.h>
+
+#define BF_BLOCK 256
+#define BF_EXP_MIN (-160)
+#define BF_EXP_MAX 128
+#define BF_BAND 26
+#define BF_BANDS 12
+#define BF_HEAD 2
+#define BF_INT32_MAX 2147483647LL
+
+int agg_bf_layout(int32_t *out) {  /* the constants, checked against the Python module's */
+    out[0] = BF_BLOCK; out[1] = BF_EXP_MIN; out[2] = BF_EXP_MAX; out[3] = BF_BAND;
+    out[4] = BF_BANDS; out[5] = BF_HEAD;
+    return 6;
+}
+
+/* This rank's agreement lanes on `x` (n values) into `out` (BF_HEAD + BF_BANDS a block,
+ * zeroed by the caller). */
+void agg_bf_agreement(const double *x, int64_t n, int32_t *out) {
+    int64_t nonfinite = 0, nb = (n + BF_BLOCK - 1) / BF_BLOCK;
+    int refused = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * BF_BLOCK, hi = lo + BF_BLOCK < n ? lo + BF_BLOCK : n;
+        double top = 0.0;
+        for (int64_t i = lo; i < hi; i++) {
+            double a = fabs(x[i]);
+            if (!isfinite(a)) { nonfinite++; continue; }
+            if (a > top) top = a;
+        }
+        if (top == 0.0) continue;
+        int e;
+        frexp(top, &e);
+        if (e > BF_EXP_MAX) { refused = 1; continue; }
+        int k = (e < BF_EXP_MIN ? BF_EXP_MIN : e) - BF_EXP_MIN;
+        out[BF_HEAD + b * BF_BANDS + k / BF_BAND] = (int32_t)(1 << (k % BF_BAND));
+    }
+    out[0] = (int32_t)(nonfinite < BF_INT32_MAX / 32 ? nonfinite : BF_INT32_MAX / 32);
+    if (refused) {  /* as the reference: only the two head lanes */
+        memset(out + BF_HEAD, 0, sizeof(int32_t) * (size_t)(nb * BF_BANDS));
+        out[1] = 1;
+    }
+}
+
+/* Round to nearest, ties to even (numpy's rint) for |v| < 2^51: adding and taking away
+ * 1.5 * 2^52 leaves v rounded in the default rounding mode, with no library call. */
+static inline double bf_rint(double v) {
+    const double m = 6755399441055744.0;
+    return (v + m) - m;
+}
+
+static int bf_headroom(int workers) {
+    int h = 0;
+    while ((1 << h) < workers) h++;
+    return h;
+}
+
+/* The int32 lanes of `x`'s sent blocks (tops[b] != none), each at its scale; returns how
+ * many were written into `out`. */
+int64_t agg_bf_encode(const double *x, int64_t n, const int64_t *tops, int64_t none, int workers,
+                      int32_t *out) {
+    int64_t nb = (n + BF_BLOCK - 1) / BF_BLOCK, w = 0;
+    int h = bf_headroom(workers);
+    for (int64_t b = 0; b < nb; b++) {
+        if (tops[b] == none) continue;
+        double scale = ldexp(1.0, (int)(30 - h - tops[b]));
+        int64_t lo = b * BF_BLOCK;
+        for (int64_t i = 0; i < BF_BLOCK; i++) {
+            double v = lo + i < n ? x[lo + i] : 0.0;
+            out[w++] = isfinite(v) ? (int32_t)bf_rint(v * scale) : 0;  /* |v * scale| <= 2^30 */
+        }
+    }
+    return w;
+}
+
+/* The bucket's sum (n values) from the summed lanes of its sent blocks; zero elsewhere. */
+void agg_bf_decode(const int64_t *sums, const int64_t *tops, int64_t none, int64_t n, int workers,
+                   double *out) {
+    int64_t nb = (n + BF_BLOCK - 1) / BF_BLOCK, r = 0;
+    int h = bf_headroom(workers);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * BF_BLOCK, hi = lo + BF_BLOCK < n ? lo + BF_BLOCK : n;
+        if (tops[b] == none) {
+            memset(out + lo, 0, sizeof(double) * (size_t)(hi - lo));
+            continue;
+        }
+        /* a power of two: multiplying by its inverse is the reference's division, exactly */
+        double inv = ldexp(1.0, (int)(tops[b] + h - 30));
+        for (int64_t i = lo; i < hi; i++) out[i] = (double)sums[r + i - lo] * inv;
+        r += BF_BLOCK;
     }
 }

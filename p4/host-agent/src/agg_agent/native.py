@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from agg_agent.protocol import LANES
+from agg_agent import blockfloat as bf
+from agg_agent.protocol import LANES, MAX_LANES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("datapath.c")
 FLAGS = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-Wno-unused-function")
+LIBS = ("-lm",)
 STEPS_A_POLL = 64
 
 
@@ -49,6 +51,7 @@ class WorkerCfg(ctypes.Structure):
         ("fan_in", ctypes.c_uint8),
         ("window", ctypes.c_uint16),
         ("run", ctypes.c_uint32),
+        ("lanes", ctypes.c_int32),
         ("timeout_s", ctypes.c_double),
         ("deadline_s", ctypes.c_double),
         ("max_retries", ctypes.c_int64),
@@ -83,7 +86,7 @@ class PsStats(ctypes.Structure):
 
 def _build_name() -> str:
     h = hashlib.sha256(SOURCE.read_bytes())
-    h.update(repr(FLAGS).encode())
+    h.update(repr((FLAGS, LIBS)).encode())
     return f"datapath-{h.hexdigest()[:16]}.so"
 
 
@@ -106,7 +109,9 @@ def _compile(name: str) -> Path:
         except OSError as e:
             errors.append(f"{folder}: {e}")
             continue
-        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
+        r = subprocess.run(
+            [cc, *FLAGS, "-o", tmp, str(SOURCE), *LIBS], capture_output=True, text=True
+        )
         if r.returncode != 0:
             os.unlink(tmp)
             raise RuntimeError(f"{cc} failed on {SOURCE.name}: {r.stderr[-2000:]}")
@@ -124,8 +129,23 @@ def _lib() -> ctypes.CDLL | str:
         lib = ctypes.CDLL(str(built))
     except (OSError, RuntimeError) as e:
         return f"the C data path did not build: {e}"
-    if lib.agg_lanes() != LANES:
-        return f"{built}: {lib.agg_lanes()} lanes a packet, not {LANES}"
+    if (lib.agg_lanes(), lib.agg_max_lanes()) != (LANES, MAX_LANES):
+        return f"{built}: {lib.agg_lanes()}..{lib.agg_max_lanes()} lanes, not {LANES}..{MAX_LANES}"
+    layout = (ctypes.c_int32 * 6)()
+    lib.agg_bf_layout(layout)
+    want = (bf.BLOCK, bf.EXP_MIN, bf.EXP_MAX, bf.BAND, bf.BANDS, bf.HEAD)
+    if tuple(layout) != want:
+        return f"{built}: block floating point {tuple(layout)}, not blockfloat's {want}"
+    lib.agg_bf_agreement.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    lib.agg_bf_encode.restype = ctypes.c_int64
+    lib.agg_bf_encode.argtypes = [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+        ctypes.c_void_p,
+    ]  # fmt: skip
+    lib.agg_bf_decode.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+        ctypes.c_void_p,
+    ]  # fmt: skip
     lib.agg_worker_exchange.restype = ctypes.c_int
     lib.agg_worker_exchange.argtypes = [
         ctypes.POINTER(WorkerCfg), ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -134,12 +154,14 @@ def _lib() -> ctypes.CDLL | str:
     lib.agg_ps_new.restype = ctypes.c_void_p
     lib.agg_ps_new.argtypes = [
         ctypes.c_int, ctypes.c_uint16, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-        ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64,
+        ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_int32,
     ]  # fmt: skip
     lib.agg_ps_free.argtypes = [ctypes.c_void_p]
     lib.agg_ps_set_workers.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.agg_ps_run.restype = ctypes.c_uint32
     lib.agg_ps_run.argtypes = [ctypes.c_void_p]
+    lib.agg_ps_other_sizes.restype = ctypes.c_int64
+    lib.agg_ps_other_sizes.argtypes = [ctypes.c_void_p]
     lib.agg_ps_poll.restype = ctypes.c_int64
     lib.agg_ps_poll.argtypes = [
         ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(PsStats), ctypes.c_void_p, ctypes.c_int64,
@@ -183,14 +205,17 @@ def exchange(
     """`Worker.exchange`'s loop in C: (packets, retransmissions, seconds, sums, details)."""
     lib = _lib()
     assert not isinstance(lib, str), lib
-    chunks = -(-q.size // LANES)
-    lanes = np.zeros(chunks * LANES, np.int32)
-    lanes[: q.size] = q
-    sums = np.zeros(chunks * LANES, np.int64)
+    chunks = -(-q.size // w.lanes)
+    if q.size == chunks * w.lanes:
+        lanes = np.ascontiguousarray(q, np.int32)
+    else:
+        lanes = np.zeros(chunks * w.lanes, np.int32)
+        lanes[: q.size] = q
+    sums = np.empty(chunks * w.lanes, np.int64)
     ip, port = _ip_port(w.target)
     cfg = WorkerCfg(
         w.sock.fileno(), ip, port, w.job_id, w.worker_id, w.fixed.workers, w.window,
-        w.run_id or 0, w.timeout, -1.0 if w.deadline_s is None else w.deadline_s,
+        w.run_id or 0, w.lanes, w.timeout, -1.0 if w.deadline_s is None else w.deadline_s,
         w.max_retries,
     )  # fmt: skip
     out = WorkerOut()
@@ -222,10 +247,10 @@ def serve(
     ip_arr, port_arr = addresses()
     handle = lib.agg_ps_new(
         ps.sock.fileno(), ps.job_id, ps.fixed.workers, ip_arr.ctypes.data, port_arr.ctypes.data,
-        ps.run_id, ps.first_seq, retain,
+        ps.run_id, ps.first_seq, retain, ps.lanes,
     )  # fmt: skip
     if not handle:
-        raise MemoryError(f"the C parameter server: no memory for {retain} chunks")
+        raise MemoryError(f"the C parameter server: no memory for {retain} chunks of {ps.lanes}")
     st = PsStats(runs=ps.runs)
     steps = np.zeros(3 * STEPS_A_POLL, np.float64)
     overflow = np.zeros(3, np.int64)
@@ -241,6 +266,16 @@ def serve(
                 overflow.ctypes.data,
             )  # fmt: skip
             ps.run_id, ps.runs, ps.other_runs = lib.agg_ps_run(handle), st.runs, st.other_runs
+            if lib.agg_ps_other_sizes(handle) > ps.other_sizes:
+                if not ps.other_sizes:
+                    log.warning(
+                        "job %d: packets with another number of values than this parameter "
+                        "server's %d (set the same lanes on every rank and the PS): dropped",
+                        ps.job_id, ps.lanes,
+                    )  # fmt: skip
+                ps.other_sizes = lib.agg_ps_other_sizes(handle)
+            if n == -2:
+                raise MemoryError("the C parameter server: no memory for a receive batch")
             if n < 0:
                 idx, lane, value = (int(v) for v in overflow)
                 raise FixedPointOverflow(f"sum[{lane}]: {value} outside int32 (chunk {idx})")
@@ -253,3 +288,53 @@ def serve(
     finally:
         lib.agg_ps_free(handle)
     return ServeStats(st.chunks, st.steps, st.aggregated, st.raw, st.duplicates, st.runs)
+
+
+# Block floating point (agg_agent.blockfloat, the reference): the hook's conversions of a
+# bucket, one pass over it in C instead of numpy's several (docs/benchmarks/training.md).
+
+
+def _ready() -> ctypes.CDLL:
+    lib = _lib()
+    if isinstance(lib, str):
+        raise RuntimeError(lib)
+    return lib
+
+
+def bf_agreement(x: npt.NDArray[np.float64]) -> npt.NDArray[np.int32]:
+    """`blockfloat.agreement(x)`, in C."""
+    x = np.ascontiguousarray(x, np.float64)
+    out = np.zeros(bf.agreement_lanes(x.size), np.int32)
+    _ready().agg_bf_agreement(x.ctypes.data, x.size, out.ctypes.data)
+    return out
+
+
+def bf_encode(
+    x: npt.NDArray[np.float64], tops: npt.NDArray[np.int64], workers: int
+) -> npt.NDArray[np.int32]:
+    """`blockfloat.encode(x, tops, workers)`, in C."""
+    x = np.ascontiguousarray(x, np.float64)
+    tops = np.ascontiguousarray(tops, np.int64)
+    bf.headroom(workers)  # the same ValueError for a bad count
+    if tops.size != bf.blocks(x.size):
+        raise ValueError(f"tops: {tops.size} blocks for {x.size} values")
+    out = np.empty(int(np.count_nonzero(bf.sent(tops))) * bf.BLOCK, np.int32)
+    n = _ready().agg_bf_encode(x.ctypes.data, x.size, tops.ctypes.data, bf.NONE, workers,
+                               out.ctypes.data)  # fmt: skip
+    assert n == out.size
+    return out
+
+
+def bf_decode(
+    sums: npt.NDArray[np.integer], tops: npt.NDArray[np.int64], n: int, workers: int
+) -> npt.NDArray[np.float64]:
+    """`blockfloat.decode(sums, tops, n, workers)`, in C."""
+    sums = np.ascontiguousarray(sums, np.int64)
+    tops = np.ascontiguousarray(tops, np.int64)
+    bf.headroom(workers)
+    if tops.size != bf.blocks(n) or sums.size != np.count_nonzero(bf.sent(tops)) * bf.BLOCK:
+        raise ValueError(f"sums: {sums.size} values for {tops.size} blocks of {n} values")
+    out = np.empty(n, np.float64)
+    _ready().agg_bf_decode(sums.ctypes.data, tops.ctypes.data, bf.NONE, n, workers,
+                           out.ctypes.data)  # fmt: skip
+    return out
