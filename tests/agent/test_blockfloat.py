@@ -108,3 +108,38 @@ def test_inf_nan_and_refusal() -> None:
         allreduce([np.array([2.0**130]), np.array([1.0])])
     with pytest.raises(ValueError, match="workers: 33"):
         bf.scale_for(0, 33)
+
+
+native = pytest.importorskip("agg_agent.native")
+
+
+@pytest.mark.skipif(native.reason() is not None, reason=f"no C path: {native.reason()}")
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 32), st.integers(0, 2**32 - 1), st.data())
+def test_the_c_conversions_equal_the_reference_bit_for_bit(
+    w: int, blocks: int, seed: int, data: st.DataObject
+) -> None:
+    """agg_agent.native's agreement, encode and decode (the hook's, on the C path) against
+    this module's: every lane and every float the same, for buckets of any length with
+    blocks spanning the exponent range, zeros, ties to even, inf, NaN and refusals."""
+    rng = np.random.default_rng(seed)
+    n = data.draw(st.integers(max(1, (blocks - 1) * bf.BLOCK + 1), blocks * bf.BLOCK))
+    exps = rng.integers(-200, 140 if data.draw(st.booleans()) else 120, blocks)
+    x = rng.standard_normal(n) * np.repeat(2.0 ** exps.astype(float), bf.BLOCK)[:n]
+    x[rng.random(n) < 0.1] = 0.0
+    x[np.repeat(rng.random(blocks) < 0.2, bf.BLOCK)[:n]] = 0.0  # blocks zero everywhere
+    ties = rng.random(n) < 0.05  # halves at the scale: rounding ties
+    x[ties] = (rng.integers(-1000, 1000, int(ties.sum())) + 0.5) * 2.0**-20
+    for bad in (np.inf, -np.inf, np.nan):
+        x[rng.random(n) < 0.01] = bad
+    a = native.bf_agreement(x)
+    assert np.array_equal(a, bf.agreement(x)), "agreement"
+    try:
+        tops, _ = bf.agreed(a.astype(np.int64) * w, n)  # as if every rank had x
+    except bf.ValueRefused:
+        return
+    q = native.bf_encode(x, tops, w)
+    assert np.array_equal(q, bf.encode(x, tops, w)), "encode"
+    sums = q.astype(np.int64) * w
+    got, ref = native.bf_decode(sums, tops, n, w), bf.decode(sums, tops, n, w)
+    assert np.array_equal(got.view(np.int64), ref.view(np.int64)), "decode"

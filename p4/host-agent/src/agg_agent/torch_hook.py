@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from agg_agent import blockfloat as bf
+from agg_agent import native
 from agg_agent.blockfloat import ValueRefused, error_bound
 from agg_agent.endpoints import DEADLINE_S, Worker
 from agg_agent.fixedpoint import FixedPoint
+from agg_agent.protocol import LANES, check_lanes
 
 __all__ = ["AggregationHook", "ValueRefused", "error_bound"]
 
@@ -55,6 +57,8 @@ ENV = {
     "timeout_ms": "AGG_TIMEOUT_MS",  # retransmission timeout (200)
     "deadline_s": "AGG_DEADLINE_S",  # a bucket unfinished this long fails, naming who (10)
     "overlap": "AGG_OVERLAP",  # 1: all-reduce while backward goes on (default); 0: not
+    # values a packet (32): larger only where the PS makes every sum, as its --lanes
+    "lanes": "AGG_LANES",
 }
 # No longer read: buckets of any size need no AGG_SIZE, and nothing is clipped (AGG_BOUND).
 RETIRED = ("AGG_SIZE", "AGG_BOUND")
@@ -86,6 +90,7 @@ class AggregationHook:
     # the GIL in its socket loop); False: in DDP's thread, the Future completed on return.
     overlap: bool = True
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _queued: Future[None] | None = field(default=None, repr=False)  # the last bucket handed over
     values_sent: int = 0  # values that crossed the fabric (blocks zero everywhere do not)
 
     def __post_init__(self) -> None:
@@ -105,8 +110,11 @@ class AggregationHook:
         bind: tuple[str, int] = ("0.0.0.0", 48879),
         timeout_s: float = 0.2,
         deadline_s: float = DEADLINE_S,
+        lanes: int = LANES,
     ) -> AggregationHook:
-        """`size` and `bound` are no longer needed and are ignored (logged)."""
+        """`size` and `bound` are no longer needed and are ignored (logged). `lanes`:
+        values a packet, as the PS's (`agg-agent ps --lanes`); switches sum only 32, so more
+        is for a job whose PS makes every sum (docs/protocols.md, "Chunk size")."""
         for name, v in (("size", size), ("bound", bound)):
             if v is not None:
                 log.warning("AggregationHook: %s=%s is not used any more (buckets of any "
@@ -115,18 +123,19 @@ class AggregationHook:
         fixed = FixedPoint(1.0, world_size)
         w = Worker(
             job, rank, fixed, ps, window, timeout=timeout_s, max_retries=1 << 62, bind=bind,
-            deadline_s=deadline_s,
+            deadline_s=deadline_s, lanes=lanes,
         )  # fmt: skip
         log.info(
-            "AggregationHook: rank %d of %d, job %d, PS %s:%d, %s data path",
-            rank, world_size, job, *ps, "C" if w.datapath == "native" else "Python",
+            "AggregationHook: rank %d of %d, job %d, PS %s:%d, %s data path, %d values a packet",
+            rank, world_size, job, *ps, "C" if w.datapath == "native" else "Python", lanes,
         )  # fmt: skip
         return cls(w, world_size)
 
     @classmethod
     def from_env(cls, rank: int, world_size: int) -> AggregationHook:
         """From AGG_JOB, AGG_PS (required) and AGG_WINDOW, AGG_BIND, AGG_TIMEOUT_MS,
-        AGG_DEADLINE_S (optional); a missing or bad one is a ValueError naming it."""
+        AGG_DEADLINE_S, AGG_OVERLAP, AGG_LANES (optional); a missing or bad one is a
+        ValueError naming it."""
         env = os.environ
         missing = [ENV[k] for k in ("job", "ps") if not env.get(ENV[k])]
         if missing:
@@ -139,15 +148,17 @@ class AggregationHook:
             window = int(env.get(ENV["window"], "16"))
             timeout_ms = float(env.get(ENV["timeout_ms"], "200"))
             deadline_s = float(env.get(ENV["deadline_s"], str(DEADLINE_S)))
+            lanes = int(env.get(ENV["lanes"], str(LANES)))
         except ValueError as e:
             raise ValueError(f"AGG_*: not a number ({e})") from None
+        check_lanes(lanes, ENV["lanes"])
         overlap = env.get(ENV["overlap"], "1")
         if overlap not in ("0", "1"):
             raise ValueError(f"AGG_OVERLAP: 0 or 1, got {overlap!r}")
         hook = cls.create(
             rank, world_size, job, _address(env[ENV["ps"]], ENV["ps"]), window=window,
             bind=_address(env.get(ENV["bind"], "0.0.0.0:48879"), ENV["bind"]),
-            timeout_s=timeout_ms / 1000, deadline_s=deadline_s,
+            timeout_s=timeout_ms / 1000, deadline_s=deadline_s, lanes=lanes,
         )  # fmt: skip
         hook.overlap = overlap == "1"
         return hook
@@ -156,17 +167,19 @@ class AggregationHook:
         """The sum over every rank of `x` (float64, any values), as IEEE addition of the
         ranks' values would give it, up to `last_bounds()` per element."""
         x = np.ravel(np.asarray(x, np.float64))
-        _, summed = self.worker.exchange(bf.agreement(x))
+        # the C data path converts in C too (agg_agent.native, identical to blockfloat's)
+        c = self.worker.datapath == "native"
+        _, summed = self.worker.exchange(native.bf_agreement(x) if c else bf.agreement(x))
         tops, nonfinite = bf.agreed(summed, x.size)
         self.last_tops, self.last_n = tops, x.size
         live = tops[bf.sent(tops)]
         self.tops.append(int(live.max()) if live.size else None)
         total = np.zeros(x.size, np.float64)
         if live.size:
-            q = bf.encode(x, tops, self.workers)
+            q = (native.bf_encode if c else bf.encode)(x, tops, self.workers)
             self.values_sent += q.size
             _, sums = self.worker.exchange(q, end=not nonfinite)
-            total = bf.decode(sums, tops, x.size, self.workers)
+            total = (native.bf_decode if c else bf.decode)(sums, tops, x.size, self.workers)
         if nonfinite:
             self.nonfinite += 1
             _, codes = self.worker.exchange(bf.codes(x), end=True)
@@ -200,12 +213,15 @@ class AggregationHook:
             except BaseException as e:  # the Future carries it to DDP
                 fut.set_exception(e)
 
-        if not self.overlap:
+        last = getattr(bucket, "is_last", lambda: False)()
+        if not self.overlap or (last and (self._queued is None or self._queued.done())):
+            # The last bucket of backward, nothing queued before it: no backward is left to
+            # hide it behind, so it goes in DDP's thread, without a thread's hand-over.
             reduce()
-            return fut
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="agg-hook")
-        self._pool.submit(reduce)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="agg-hook")
+            self._queued = self._pool.submit(reduce)
         # DDP's C++ side casts a Future's value to a Tensor, and one carrying an exception
         # fails as "Unable to cast <message> to Tensor"; raised in a `then` callback, the
         # exception reaches the training script as itself (TimeoutError naming the rank).
