@@ -102,7 +102,9 @@ class Bmv2:
         links: dict[int, str] | None = None,
         target_args: tuple[str, ...] = (),
         nice: int = 0,
+        program: Path | None = None,
     ) -> None:
+        self.program = program or ROOT / p4names.BMV2_JSON_PATH  # the compiled pipeline
         self.target_args = target_args  # simple_switch's own options, e.g. --priority-queues
         # simple_switch's niceness (negative: before other work; root only). A test that
         # measures its port's rate wants the rate a hardware port keeps whatever else the
@@ -145,7 +147,7 @@ class Bmv2:
             args += ["-i", f"{i}@{self.prefix}s{i}"]
         for i, dev in self.links.items():
             args += ["-i", f"{i}@{dev}"]
-        args.append(str(ROOT / p4names.BMV2_JSON_PATH))
+        args.append(str(self.program))
         if self.target_args:
             args += ["--", *self.target_args]
         log = os.environ.get("INNET_AGG_BMV2_LOG")  # a file for simple_switch's packet log

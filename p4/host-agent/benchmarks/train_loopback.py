@@ -6,11 +6,12 @@ a bare C sendmmsg/recvmmsg pair moving packets of our size.
         [--ranks 2,4] [--steps 5] [--out docs/benchmarks]   (make bench-training)
 
 Per model (an MLP on synthetic data, sized to about the given parameters) and ranks: the
-seconds a step takes with gloo, with the hook on the C data path (overlapping backward), the
-same without overlap, and with the Python data path (small models only: it is the reference,
-not a contender); the ratios to gloo; the PS's packet rate; the share of the all-reduce
-hidden behind backward. Writes `training.json`, `training.png` and prints the table of
-docs/benchmarks/training.md.
+seconds a step takes with gloo; with the hook on the C data path and packets of 32 values
+(what switches sum), overlapping backward; with packets of `--wide` values (a job whose PS
+makes every sum), overlapping and not; with the Python data path (small models only: it is
+the reference, not a contender); the ratios to gloo; the PS's packet rate against a bare C
+pair's at the same packet size; the share of the all-reduce hidden behind backward. Writes
+`training.json`, `training.png` and prints the table of docs/benchmarks/training.md.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ int main(int c, char **v) {
   int big = 1 << 24; setsockopt(r, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
   struct sockaddr_in a = {0}; a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(0x7f000001);
   bind(r, (void*)&a, sizeof a); socklen_t l = sizeof a; getsockname(r, (void*)&a, &l);
-  static char buf[B][2048]; struct mmsghdr m[B]; struct iovec io[B];
+  static char buf[B][65536]; struct mmsghdr m[B]; struct iovec io[B];
   memset(m, 0, sizeof m);
   for (int i = 0; i < B; i++) { io[i].iov_base = buf[i]; io[i].iov_len = size;
     m[i].msg_hdr.msg_iov = &io[i]; m[i].msg_hdr.msg_iovlen = 1;
@@ -62,7 +63,7 @@ int main(int c, char **v) {
     _exit(0);
   }
   struct mmsghdr q[B]; struct iovec qi[B]; memset(q, 0, sizeof q);
-  for (int i = 0; i < B; i++) { qi[i].iov_base = buf[i]; qi[i].iov_len = 2048;
+  for (int i = 0; i < B; i++) { qi[i].iov_base = buf[i]; qi[i].iov_len = 65536;
     q[i].msg_hdr.msg_iov = &qi[i]; q[i].msg_hdr.msg_iovlen = 1; }
   struct timeval tv = {1, 0}; setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   /* from the first datagram received to the last: the 1 s idle wait at the end of a run
@@ -92,7 +93,7 @@ def hidden_for(params: int) -> int:
 
 
 def rank_main(rank: int, world: int, master: int, mode: str, params: int, steps: int,
-              out: str, ps: str, bind: str) -> None:  # fmt: skip
+              out: str, ps: str, bind: str, lanes: int) -> None:  # fmt: skip
     """One rank: warm up two steps, then time `steps` steps."""
     import torch
     import torch.distributed as dist
@@ -116,7 +117,8 @@ def rank_main(rank: int, world: int, master: int, mode: str, params: int, steps:
         host, port = ps.rsplit(":", 1)
         bhost, bport = bind.rsplit(":", 1)
         hook = AggregationHook.create(rank, world, 3, (host, int(port)), window=WINDOW,
-                                      bind=(bhost, int(bport)), deadline_s=600)  # fmt: skip
+                                      bind=(bhost, int(bport)), deadline_s=600,
+                                      lanes=lanes)  # fmt: skip
         hook.overlap = mode != "sync"
         ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
@@ -151,16 +153,17 @@ def rank_main(rank: int, world: int, master: int, mode: str, params: int, steps:
                                          "compute_s": compute, "params": n}))  # fmt: skip
 
 
-def run(mode: str, world: int, params: int, steps: int, tmp: Path) -> dict:
+def run(mode: str, world: int, params: int, steps: int, tmp: Path, lanes: int = 32) -> dict:
     master = free_port(socket.SOCK_STREAM)
     ports = [free_port(socket.SOCK_DGRAM) for _ in range(world + 1)]
-    out = tmp / f"{mode}-{world}-{params}.json"
+    out = tmp / f"{mode}-{world}-{params}-{lanes}.json"
     ps_proc = None
     rows: list[dict] = []
     if mode != "gloo":
         env = {**os.environ, "AGG_DATAPATH": "python" if mode == "python" else "native"}
         ps_proc = children.spawn(
-            [*AGENT, "ps", "--size", "0", "--job", "3", "--bind", f"127.0.0.1:{ports[0]}"]
+            [*AGENT, "ps", "--size", "0", "--job", "3", "--bind", f"127.0.0.1:{ports[0]}",
+             "--lanes", str(lanes)]
             + [a for w in range(world) for a in ("--worker-addr", f"127.0.0.1:{ports[w + 1]}")],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
         )  # fmt: skip
@@ -176,7 +179,7 @@ def run(mode: str, world: int, params: int, steps: int, tmp: Path) -> dict:
         [sys.executable, __file__, "--rank", str(r), "--world", str(world), "--master",
          str(master), "--mode", mode, "--one", str(params), "--steps", str(steps),
          "--result", str(out), "--ps", f"127.0.0.1:{ports[0]}",
-         "--bind", f"127.0.0.1:{ports[r + 1]}"]
+         "--bind", f"127.0.0.1:{ports[r + 1]}", "--lanes", str(lanes)]
         for r in range(world)
     ]  # fmt: skip
     procs = [children.spawn(a) for a in argv]  # each ends with this process
@@ -199,15 +202,14 @@ def run(mode: str, world: int, params: int, steps: int, tmp: Path) -> dict:
     return res
 
 
-def bare_pair(tmp: Path, n: int = 2_000_000) -> float:
-    """Packets a second a bare C sendmmsg/recvmmsg pair moves over loopback, our size."""
-    from agg_agent.protocol import PACKET_BYTES
-
+def bare_pair(tmp: Path, size: int, n: int = 2_000_000) -> float:
+    """Packets a second a bare C sendmmsg/recvmmsg pair moves over loopback, `size` bytes."""
     src, exe = tmp / "pair.c", tmp / "pair"
-    src.write_text(PAIR_C)
-    cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True)
-    got, secs = subprocess.run([str(exe), str(n), str(PACKET_BYTES)], capture_output=True,
+    if not exe.exists():
+        src.write_text(PAIR_C)
+        cc = os.environ.get("CC", "cc")
+        subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True)
+    got, secs = subprocess.run([str(exe), str(n), str(size)], capture_output=True,
                                text=True, check=True).stdout.split()  # fmt: skip
     return int(got) / float(secs)
 
@@ -217,43 +219,54 @@ def main() -> None:
     ap.add_argument("--params", default="5000,1000000,10000000")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--wide", type=int, default=4096,
+                    help="values a packet for the runs where the PS makes every sum")  # fmt: skip
     ap.add_argument("--python-up-to", type=int, default=1_000_000,
                     help="the Python data path only for models up to this size")  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     # one rank (internal)
-    for a in ("--rank", "--world", "--master", "--one"):
+    for a in ("--rank", "--world", "--master", "--one", "--lanes"):
         ap.add_argument(a, type=int)
     for a in ("--mode", "--result", "--ps", "--bind"):
         ap.add_argument(a)
     args = ap.parse_args()
     if args.rank is not None:
         rank_main(args.rank, args.world, args.master, args.mode, args.one, args.steps,
-                  args.result, args.ps, args.bind)  # fmt: skip
+                  args.result, args.ps, args.bind, args.lanes)  # fmt: skip
         return
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {load}", flush=True)
     results: dict = {"started": time.time(), "load_at_start": os.getloadavg(), "runs": []}
+    from agg_agent.protocol import LANES, check_lanes, packet_bytes
+
+    wide = check_lanes(args.wide, "--wide")
+    results["lanes"], results["wide_lanes"] = LANES, wide
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        results["bare_c_packets_per_s"] = bare_pair(tmp)
-        print(f"bare C sendmmsg/recvmmsg pair: {results['bare_c_packets_per_s']:,.0f} pkt/s",
-              flush=True)  # fmt: skip
+        for lanes in (LANES, wide):
+            rate = bare_pair(tmp, packet_bytes(lanes), 2_000_000 if lanes == LANES else 200_000)
+            results[f"bare_c_packets_per_s_{lanes}"] = rate
+            print(f"bare C sendmmsg/recvmmsg pair, {packet_bytes(lanes)} B: {rate:,.0f} pkt/s",
+                  flush=True)  # fmt: skip
         for params in (int(p) for p in args.params.split(",")):
             for world in (int(w) for w in args.ranks.split(",")):
-                modes = ["gloo", "native", "sync"]
+                # (mode, values a packet): gloo; the C path at the switch's size and wide,
+                # overlapping (`native`) and not (`sync`); the Python reference
+                modes = [("gloo", LANES), ("native", LANES), ("native", wide), ("sync", wide)]
                 if params <= args.python_up_to:
-                    modes.append("python")
+                    modes.append(("python", LANES))
                 row: dict = {"params_wanted": params, "ranks": world}
                 # small models' steps take milliseconds: more of them for a steady median
                 steps = args.steps if params > 100_000 else max(args.steps, 40)
-                for mode in modes:
-                    r = run(mode, world, params, steps, tmp)
+                for mode, lanes in modes:
+                    key = mode if mode == "gloo" else f"{mode}{lanes}"
+                    r = run(mode, world, params, steps, tmp, lanes)
                     row["params"] = r["params"]
-                    row[f"{mode}_step_s"] = r["step_s"]
+                    row[f"{key}_step_s"] = r["step_s"]
                     row["compute_s"] = r["compute_s"] if mode == "gloo" else row.get("compute_s")
                     if "ps_packets_per_s" in r:
-                        row[f"{mode}_ps_pkt_s"] = r["ps_packets_per_s"]
-                    print(f"{row['params']:>10,} params, {world} ranks, {mode:>6}: "
+                        row[f"{key}_ps_pkt_s"] = r["ps_packets_per_s"]
+                    print(f"{row['params']:>10,} params, {world} ranks, {key:>10}: "
                           f"{r['step_s']:.4f} s/step", flush=True)  # fmt: skip
                 results["runs"].append(row)
     results["load_at_end"] = os.getloadavg()
@@ -264,18 +277,22 @@ def main() -> None:
 
 
 def table(results: dict) -> None:
-    bare = results["bare_c_packets_per_s"]
-    print("\n| parameters | ranks | gloo s/step | hook (C, overlap) s/step | hook / gloo | "
-          "hook (C, no overlap) | hook (Python) / gloo | PS pkt/s (C) | of bare C | "
-          "all-reduce hidden |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    lanes, wide = results["lanes"], results["wide_lanes"]
+    bare, bare_w = (results[f"bare_c_packets_per_s_{k}"] for k in (lanes, wide))
+    print(f"\n| parameters | ranks | gloo s/step | hook, {lanes} values / gloo | hook, {wide} "
+          f"values s/step | / gloo | no overlap / gloo | Python, {lanes} / gloo | PS pkt/s, "
+          f"{lanes} (of bare C) | PS pkt/s, {wide} (of bare C) | all-reduce hidden |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in results["runs"]:
-        g, n, s = r["gloo_step_s"], r["native_step_s"], r["sync_step_s"]
-        py = f"{r['python_step_s'] / g:.1f}x" if "python_step_s" in r else "—"
+        g, n32 = r["gloo_step_s"], r[f"native{lanes}_step_s"]
+        n, s = r[f"native{wide}_step_s"], r[f"sync{wide}_step_s"]
+        py = f"{r[f'python{lanes}_step_s'] / g:.1f}x" if f"python{lanes}_step_s" in r else "—"
         comm = max(1e-12, s - r["compute_s"])  # the all-reduce's own time, not overlapped
         hidden = min(1.0, max(0.0, (s - n) / comm))
-        rate = r.get("native_ps_pkt_s", 0.0)
-        print(f"| {r['params']:,} | {r['ranks']} | {g:.4f} | {n:.4f} | {n / g:.1f}x | "
-              f"{s:.4f} | {py} | {rate:,.0f} | {rate / bare:.2f} | {hidden:.0%} |")  # fmt: skip
+        rate, rate_w = r.get(f"native{lanes}_ps_pkt_s", 0.0), r.get(f"native{wide}_ps_pkt_s", 0.0)
+        print(f"| {r['params']:,} | {r['ranks']} | {g:.4f} | {n32 / g:.1f}x | {n:.4f} | "
+              f"{n / g:.1f}x | {s / g:.1f}x | {py} | {rate:,.0f} ({rate / bare:.2f}) | "
+              f"{rate_w:,.0f} ({rate_w / bare_w:.2f}) | {hidden:.0%} |")  # fmt: skip
 
 
 def plot(results: dict, path: Path) -> None:
@@ -290,8 +307,14 @@ def plot(results: dict, path: Path) -> None:
         if not rows:
             continue
         xs = [r["params"] for r in rows]
-        for key, label, ls in (("gloo_step_s", "gloo", ":"), ("native_step_s", "hook (C)", "-"),
-                               ("sync_step_s", "hook (C, no overlap)", "--")):  # fmt: skip
+        lanes, wide = results["lanes"], results["wide_lanes"]
+        lines = (
+            ("gloo_step_s", "gloo", ":"),
+            (f"native{lanes}_step_s", f"hook, {lanes} values", "-."),
+            (f"native{wide}_step_s", f"hook, {wide} values", "-"),
+            (f"sync{wide}_step_s", f"hook, {wide}, no overlap", "--"),
+        )
+        for key, label, ls in lines:
             ax.plot(xs, [r[key] for r in rows], ls, marker=marker, label=f"{label}, {world} ranks")
     ax.set_xscale("log")
     ax.set_yscale("log")
