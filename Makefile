@@ -5,6 +5,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(HOME)/.local/bin/uv)
 RUN := $(UV) run --frozen
 
 .PHONY: all sync lint test demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
+	bench-training bench-lanes \
 	compose-check gui-screenshot atomix
 
 all: test
@@ -57,6 +58,10 @@ bench-service: sync influxdb $(HEY)
 # machine's packet limit (docs/benchmarks/training.md).
 bench-training: sync
 	$(RUN) python p4/host-agent/benchmarks/train_loopback.py --out docs/benchmarks
+
+# What 64 and 128 values a packet cost bmv2 against 32 (root, bmv2 and p4c-bm2-ss)
+bench-lanes: sync
+	$(RUN) python p4/host-agent/benchmarks/lanes_bmv2.py --out docs/benchmarks
 
 $(HEY):
 	GOBIN=$(dir $(HEY)) GOFLAGS=-mod=mod GOWORK=off go install github.com/rakyll/hey@v0.1.4

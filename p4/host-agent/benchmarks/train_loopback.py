@@ -216,7 +216,7 @@ def bare_pair(tmp: Path, size: int, n: int = 2_000_000) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--params", default="5000,1000000,10000000")
+    ap.add_argument("--params", default="5000,1000000,10000000,25000000")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--wide", type=int, default=4096,
