@@ -22,7 +22,7 @@ const bit<16> AGG_UDP_PORT = 48879;   // 0xBEEF: destination port of every aggre
 #define AGG_LANES 32
 // UDP length of an aggregation packet of AGG_LANES values without INT (8 + 20 + 4 * 32):
 // only such packets are summed. A job whose parameter server makes every sum may send
-// chunks of 32 * k values (docs/protocols.md, "Chunk size"); they are forwarded untouched.
+// chunks of 32 * k values (docs/protocols.md, "Chunk size"); they are forwarded unsummed.
 const bit<16> AGG_UDP_LEN = 156;
 const bit<32> AGG_SLOTS = 1024;       // slots per switch, shared by every job's pool
 const bit<32> AGG_LANE_CELLS = 32768; // AGG_SLOTS * AGG_LANES: one register cell per lane per slot

@@ -7,6 +7,7 @@ Skipped where bmv2 is not installed (CI machines), with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import time
 from collections.abc import Iterator
@@ -126,7 +127,9 @@ def test_a_chunk_of_another_size_passes_untouched_and_leaves_the_slot_alone(
         sent.append(pkt)
         ports[w + 1].send(udp_frame(w + 1, PS, 40000 + w, UDP_PORT, pkt.encode()))
     got = sorted(at_ps(ports), key=lambda p: p.worker_id)
-    assert got == sent  # three packets, unchanged: nothing summed, nothing held
+    # three packets as sent, nothing summed, nothing held; only Max queue may have risen, as
+    # on every packet (congestion.p4: three at once queue behind each other at the PS port)
+    assert [dataclasses.replace(p, max_queue=0) for p in got] == sent
     for w in range(3):
         ports[w + 1].send(contribution(w, 8, seq + 8))  # the same slot, the usual size
     (agg,) = at_ps(ports)

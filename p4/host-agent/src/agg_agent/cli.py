@@ -45,7 +45,7 @@ Lanes = Annotated[
     typer.Option(
         help="Values a packet (all the job's ends the same): 32, what switches sum; a larger "
         "multiple of 32 (up to 8192) only where the PS makes every sum: switches forward "
-        "such packets untouched (docs/protocols.md, 'Chunk size').",
+        "such packets unsummed (docs/protocols.md, 'Chunk size').",
     ),
 ]
 

@@ -16,7 +16,7 @@ LANES = 32
 chunk size of every job that switches aggregate, and the default."""
 MAX_LANES = 8192
 """The most values a packet may carry: a job's chunk is `LANES * k` values, k = 1..256. A
-switch sums only packets of exactly `LANES` values and forwards others untouched, so a job
+switch sums only packets of exactly `LANES` values and forwards others unsummed, so a job
 whose sums the parameter server makes (no aggregating switch, or loopback) may send larger
 chunks: fewer packets for the hosts (docs/protocols.md, "Chunk size"). Past about 350 values
 a packet no longer fits a 1500-byte MTU."""
