@@ -12,11 +12,13 @@ import threading
 import numpy as np
 import pytest
 
+from agg_agent import blockfloat as bf
 from agg_agent import native
 from agg_agent.endpoints import ParameterServer, ServeStats, Worker
 from agg_agent.fixedpoint import FixedPoint
 from agg_agent.protocol import LANES
 from agg_agent.switch_model import JobConfig, SwitchModel, UdpSwitch
+from agg_agent.torch_hook import AggregationHook
 
 from .test_runs_and_failures import NEAR_WRAP, together
 
@@ -187,3 +189,96 @@ def test_the_hook_from_its_environment_names_a_bad_setting(monkeypatch: pytest.M
             assert hook.worker.lanes == 256
         finally:
             hook.close()
+
+
+def float_buckets(seed: int) -> list[list[np.ndarray]]:
+    """Per bucket, every rank's float32 gradient: sizes around blocks and chunks, magnitudes
+    far apart block by block, blocks zero on every rank, on one rank only, and -0.0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in (1, 255, 257, 96 * 7 + 3, 5000, 20_011):
+        ranks = []
+        for r in range(W):
+            x = rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n // 256 + 1).repeat(256)[:n]
+            x[: min(n, 300)] = 0.0  # the first block zero everywhere (not sent)
+            if n > 1000:
+                x[512:768] = -0.0 if r else 0.0
+                x[1024:1280] *= r == 1  # a block only rank 1 has
+            ranks.append(x.astype(np.float32))
+        out.append(ranks)
+    return out
+
+
+def reference_mean(xs: list[np.ndarray]) -> np.ndarray:
+    """blockfloat's steps on every rank's values, the integer sums, the mean as float32: what
+    `AggregationHook.allreduce(x) / W` rounded to float32 gives (the readable reference)."""
+    x64 = [x.astype(np.float64) for x in xs]
+    n = x64[0].size
+    tops, _ = bf.agreed(np.sum([bf.agreement(x) for x in x64], axis=0), n)
+    sums = np.sum([bf.encode(x, tops, W).astype(np.int64) for x in x64], axis=0)
+    return (bf.decode(sums, tops, n, W) / W).astype(np.float32)
+
+
+@pytest.mark.parametrize(("loss", "lanes"), [(0.03, LANES), (0.0, 3 * LANES), (0.03, 8 * LANES)])
+def test_the_one_pass_bucket_equals_the_reference_bit_for_bit(loss: float, lanes: int) -> None:
+    """`allreduce_mean32` on the C path (conversions done as packets go and come, in place)
+    and on the Python path give the reference's float32 mean, bit for bit: through the switch
+    model with loss (32 values: switches sum), and with chunks that cut blocks (96)."""
+    got: dict[str, list[np.ndarray]] = {}
+    for path in ("python", "native"):
+        fp = FixedPoint(1.0, W)
+        ps = ParameterServer(5, fp, None, [("127.0.0.1", 9)] * W, datapath=path, lanes=lanes)
+        model = SwitchModel({5: JobConfig(pool_base=0, pool_size=8, fan_in=W)})
+        with UdpSwitch(model, ps.address, loss=loss, seed=3) as sw:
+            hooks = [AggregationHook(Worker(5, r, fp, sw.address, 8, timeout=0.02,
+                                            max_retries=1 << 30, deadline_s=60, datapath=path,
+                                            lanes=lanes), W)
+                     for r in range(W)]  # fmt: skip
+            ps.workers = [h.worker.address for h in hooks]
+            t = threading.Thread(target=ps.serve, daemon=True)
+            t.start()
+            got[path] = []
+            try:
+                for xs in float_buckets(5):
+                    ys = [x.copy() for x in xs]
+                    res = together([lambda h=h, y=y: h.allreduce_mean32(y)
+                                    for h, y in zip(hooks, ys, strict=True)])  # fmt: skip
+                    assert all(r is None for r in res), res
+                    want = reference_mean(xs)
+                    for y in ys:
+                        assert np.array_equal(y.view(np.int32), want.view(np.int32)), path
+                    got[path].append(ys[0])
+            finally:
+                ps.stop()
+                t.join(10)
+                for h in hooks:
+                    h.close()
+                ps.close()
+    assert all(np.array_equal(a.view(np.int32), b.view(np.int32))
+               for a, b in zip(got["python"], got["native"], strict=True))  # fmt: skip
+
+
+def test_the_one_pass_bucket_refuses_what_it_cannot_carry() -> None:
+    """Wrong arrays are refused naming the argument; inf and NaN take the reference's way."""
+    fp = FixedPoint(1.0, 1)
+    ps = ParameterServer(5, fp, None, [("127.0.0.1", 9)], datapath="native")
+    hook = AggregationHook(Worker(5, 0, fp, ps.address, 8, timeout=0.02, deadline_s=20,
+                                  datapath="native"), 1)  # fmt: skip
+    ps.workers = [hook.worker.address]
+    t = threading.Thread(target=ps.serve, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(ValueError, match="x: a contiguous"):
+            hook.allreduce_mean32(np.zeros(10))
+        tops = np.zeros(1, np.int64)
+        with pytest.raises(ValueError, match="y: a contiguous"):
+            hook.worker.exchange_blocks(np.zeros(10, np.float32), tops, np.zeros(9, np.float32))
+        x = np.array([1.5, np.inf, -2.0, np.nan], np.float32)
+        hook.allreduce_mean32(x)
+        assert x[0] == 1.5 and x[2] == -2.0 and np.isposinf(x[1]) and np.isnan(x[3])
+        assert hook.nonfinite == 1
+    finally:
+        ps.stop()
+        t.join(10)
+        hook.close()
+        ps.close()

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <math.h>
 #include <time.h>
 
 #define LANES 32           /* values a packet that switches sum; chunks are LANES * k */
@@ -34,6 +35,14 @@
 #define F_JOIN 0x10
 #define F_END 0x20
 #define MAX_WORKERS 32
+/* block floating point (agg_agent/blockfloat.py) */
+#define BF_BLOCK 256
+#define BF_EXP_MIN (-160)
+#define BF_EXP_MAX 128
+#define BF_BAND 26
+#define BF_BANDS 12
+#define BF_HEAD 2
+#define BF_INT32_MAX 2147483647LL
 
 int agg_lanes(void) { return LANES; }
 int agg_max_lanes(void) { return MAX_LANES; }
@@ -84,17 +93,108 @@ static void decode_header(const uint8_t *p, header_t *h) {
     h->contributors = get32(p + 8); h->seq = get32(p + 12); h->run = get32(p + 16);
 }
 
-/* A chunk's packet: the header, then `n` values in network order. */
-static void put_chunk(uint8_t *p, const header_t *h, const int32_t *v, int n) {
-    encode_header(p, h);
-    uint32_t *o = (uint32_t *)(p + HEADER);  /* HEADER is a multiple of 4 */
-    for (int l = 0; l < n; l++) o[l] = htonl((uint32_t)v[l]);
+/* Round to nearest, ties to even (numpy's rint) for |v| < 2^51: adding and taking away
+ * 1.5 * 2^52 leaves v rounded in the default rounding mode, with no library call. */
+static inline double bf_rint(double v) {
+    const double m = 6755399441055744.0;
+    return (v + m) - m;
 }
 
-/* `n` values in network order as int64 (the worker's sums). */
-static void get_sums(int64_t *out, const uint8_t *p, int n) {
+static int bf_headroom(int workers) {
+    int h = 0;
+    while ((1 << h) < workers) h++;
+    return h;
+}
+
+/* Where a chunk's values come from and its sums go: int32 values `q` and int64 sums
+ * `sums` (chunks * lanes each), or, with `x` set, block floating point done on the way:
+ * the values of a float32 bucket's sent blocks (`sent`, their block numbers; `scale`, each
+ * one's), encoded as blockfloat.encode does as the packet is written, and the sums decoded
+ * as blockfloat.decode does, divided by `workers`, into float32 `y` as their packet
+ * arrives. A chunk is read before it is acknowledged and written after, never again: `y`
+ * may be `x` (in place). */
+typedef struct {
+    const int32_t *q;
+    int64_t *sums;
+    const float *x;
+    float *y;
+    int64_t n, nsent;
+    const int64_t *sent;
+    const double *scale, *inv;
+    double workers;
+} codec_t;
+
+/* A chunk's lanes cut into runs that lie in one block of the sent blocks' stream: lanes
+ * [l, l + len) of the chunk are values [first, first + len) of the bucket, in sent block
+ * number b (b < 0: past the stream, padding). */
+typedef struct {
+    int64_t pos, stop, b, first, len;
+    int l;
+} run_t;
+
+static run_t first_run(int64_t c, int lanes) {
+    run_t r = {c * lanes, c * lanes + lanes, 0, 0, 0, 0};
+    return r;
+}
+
+static int next_run(const codec_t *k, run_t *r) {
+    r->pos += r->len;
+    r->l += (int)r->len;
+    if (r->pos >= r->stop) return 0;
+    if (r->pos >= k->nsent * BF_BLOCK) {
+        r->b = -1; r->first = 0; r->len = r->stop - r->pos;
+        return 1;
+    }
+    r->b = r->pos / BF_BLOCK;
+    r->len = BF_BLOCK - r->pos % BF_BLOCK;
+    if (r->len > r->stop - r->pos) r->len = r->stop - r->pos;
+    r->first = k->sent[r->b] * BF_BLOCK + r->pos % BF_BLOCK;
+    return 1;
+}
+
+/* A chunk's packet: the header, then its `n` values in network order. */
+static void put_chunk(uint8_t *p, const header_t *h, const codec_t *k, int64_t c, int n) {
+    encode_header(p, h);
+    uint32_t *o = (uint32_t *)(p + HEADER);  /* HEADER is a multiple of 4 */
+    if (!k->x) {
+        const int32_t *v = k->q + c * n;
+        for (int l = 0; l < n; l++) o[l] = htonl((uint32_t)v[l]);
+        return;
+    }
+    for (run_t r = first_run(c, n); next_run(k, &r);) {
+        /* padding past the stream or the bucket's end: zeros, as blockfloat's */
+        int64_t valid = r.b < 0 ? 0 : k->n - r.first;
+        if (valid > r.len) valid = r.len;
+        if (valid < 0) valid = 0;
+        const float *x = k->x + r.first;
+        const double s = r.b < 0 ? 0.0 : k->scale[r.b];
+        uint32_t *out = o + r.l;
+        for (int64_t j = 0; j < valid; j++) {
+            double v = (double)x[j];
+            out[j] = htonl((uint32_t)(isfinite(v) ? (int32_t)bf_rint(v * s) : 0));
+        }
+        for (int64_t j = valid; j < r.len; j++) out[j] = 0;
+    }
+}
+
+/* A chunk's `n` sums in network order, into `sums` (int64) or decoded into `y`. */
+static void get_sums(const codec_t *k, int64_t c, const uint8_t *p, int n) {
     const uint32_t *v = (const uint32_t *)p;
-    for (int l = 0; l < n; l++) out[l] = (int32_t)ntohl(v[l]);
+    if (!k->x) {
+        int64_t *out = k->sums + c * n;
+        for (int l = 0; l < n; l++) out[l] = (int32_t)ntohl(v[l]);
+        return;
+    }
+    for (run_t r = first_run(c, n); next_run(k, &r);) {
+        if (r.b < 0) continue;
+        int64_t valid = k->n - r.first < r.len ? k->n - r.first : r.len;
+        const double inv = k->inv[r.b], w = k->workers;
+        float *y = k->y + r.first;
+        const uint32_t *in = v + r.l;
+        /* decode's (double)sum * 2^-e, then the hook's division and cast */
+        for (int64_t j = 0; j < valid; j++)
+            y[j] = (float)((double)(int32_t)ntohl(in[j]) * inv / w);
+    }
 }
 
 /* A difference of sequence numbers modulo 2^32, as the nearest signed value. */
@@ -133,10 +233,10 @@ typedef struct {
     int64_t queue_counts[256];
 } worker_out;
 
-/* Send `chunks` chunks of `q` (chunks * lanes int32) from index `first` on; every worker's
- * sum into `sums` (chunks * lanes int64). Returns 0, or -1 with out->fail set. */
-int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, int64_t chunks,
-                        int32_t end, int64_t *sums, worker_out *out) {
+/* Send `chunks` chunks from index `first` on, their values and sums as `k` says. Returns
+ * 0, or -1 with out->fail set. */
+static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *k,
+                           int64_t chunks, int32_t end, worker_out *out) {
     const uint32_t everyone = cfg->fan_in >= 32 ? 0xFFFFFFFFu : ((1u << cfg->fan_in) - 1);
     uint8_t *acked = calloc((size_t)chunks + 1, 1);
     double *sent_at = malloc(sizeof(double) * ((size_t)chunks + 1));
@@ -179,7 +279,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             h.slot = (uint16_t)(index % cfg->window);
             h.seq = (uint32_t)(index & 0xFFFFFFFFLL);
             h.flags = (end && nxt == chunks - 1) ? F_END : 0;
-            put_chunk(sbase + ns * packet, &h, q + nxt * L, L);
+            put_chunk(sbase + ns * packet, &h, k, nxt, L);
             sent_at[nxt] = born[nxt] = now_s();
             tries[nxt] = 0;
             nxt++; ns++;
@@ -198,7 +298,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             h.slot = (uint16_t)(index % cfg->window);
             h.seq = (uint32_t)(index & 0xFFFFFFFFLL);
             h.flags = F_RETRANSMIT | ((end && c == chunks - 1) ? F_END : 0);
-            put_chunk(sbase + ns * packet, &h, q + c * L, L);
+            put_chunk(sbase + ns * packet, &h, k, c, L);
             sent_at[c] = t;
             out->retrans++; ns++;
         }
@@ -242,7 +342,7 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
             if (a.contributors != everyone) { missing[c] = a.contributors; continue; }
             if (rmsg[i].msg_len != packet) continue;  /* a sum of other chunks than ours */
             acked[c] = 1;
-            get_sums(sums + c * L, r + HEADER, L);
+            get_sums(k, c, r + HEADER, L);
             if (sent_at[c] >= 0 && tries[c] == 0) {  /* Karn: first transmissions only */
                 double rtt = now_s() - sent_at[c];
                 out->srtt = out->srtt < 0 ? rtt : 0.875 * out->srtt + 0.125 * rtt;
@@ -255,6 +355,50 @@ int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, 
 done:
     out->seconds = now_s() - start;
     free(acked); free(sent_at); free(born); free(tries); free(missing);
+    return rc;
+}
+
+/* Send `chunks` chunks of `q` (chunks * lanes int32) from index `first` on; every worker's
+ * sum into `sums` (chunks * lanes int64). Returns 0, or -1 with out->fail set. */
+int agg_worker_exchange(const worker_cfg *cfg, int64_t first, const int32_t *q, int64_t chunks,
+                        int32_t end, int64_t *sums, worker_out *out) {
+    codec_t k = {0};
+    k.q = q; k.sums = sums;
+    return worker_exchange(cfg, first, &k, chunks, end, out);
+}
+
+/* The values of a float32 bucket `x` (n values) in block floating point, agreed at `tops`
+ * (`none`: a block zero on every rank, not sent), from index `first` on; the sum over
+ * `workers` ranks divided by `workers` into `y` (may be `x`): blockfloat.encode, the
+ * exchange, blockfloat.decode and the hook's mean, in one pass as packets go and come.
+ * Returns 0, or -1 with out->fail set. */
+int agg_worker_exchange_bf(const worker_cfg *cfg, int64_t first, const float *x, int64_t n,
+                           const int64_t *tops, int64_t none, int workers, float *y,
+                           int32_t end, worker_out *out) {
+    int64_t nb = (n + BF_BLOCK - 1) / BF_BLOCK, nsent = 0;
+    int h = bf_headroom(workers);
+    int64_t *sent = malloc(sizeof(int64_t) * (size_t)(nb + 1));
+    double *scale = malloc(sizeof(double) * (size_t)(nb + 1));
+    double *inv = malloc(sizeof(double) * (size_t)(nb + 1));
+    int rc = -1;
+    if (!sent || !scale || !inv) { out->fail = 3; out->fail_errno = ENOMEM; goto done; }
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * BF_BLOCK, hi = lo + BF_BLOCK < n ? lo + BF_BLOCK : n;
+        if (tops[b] == none) {  /* zero on every rank: its sum is zero */
+            memset(y + lo, 0, sizeof(float) * (size_t)(hi - lo));
+            continue;
+        }
+        sent[nsent] = b;
+        scale[nsent] = ldexp(1.0, (int)(30 - h - tops[b]));
+        inv[nsent++] = ldexp(1.0, (int)(tops[b] + h - 30));
+    }
+    codec_t k = {0};
+    k.x = x; k.y = y; k.n = n; k.nsent = nsent; k.sent = sent; k.scale = scale; k.inv = inv;
+    k.workers = (double)workers;
+    int64_t chunks = (nsent * BF_BLOCK + cfg->lanes - 1) / cfg->lanes;
+    rc = worker_exchange(cfg, first, &k, chunks, end, out);
+done:
+    free(sent); free(scale); free(inv);
     return rc;
 }
 
@@ -283,11 +427,13 @@ typedef struct {
     uint8_t *complete, *end, *queue, *ce;
     int64_t *acc;              /* lanes a slot */
     double step_start;
-    /* outgoing batch */
+    /* outgoing batch: every packet is a header and a payload; a chunk's sums are put in
+       network order once, in one of BATCH payloads, which each worker's packet shares */
     struct mmsghdr smsg[BATCH];
-    struct iovec siov[BATCH];
-    uint8_t *sbuf;             /* BATCH packets of `lanes` values */
-    int ns;
+    struct iovec siov[BATCH][2];
+    uint8_t shead[BATCH][HEADER];
+    uint8_t *sbuf;             /* BATCH payloads of `lanes` values */
+    int ns, np;
     int64_t other_sizes;       /* packets with another number of values: dropped */
 } ps_t;
 
@@ -323,8 +469,7 @@ ps_t *agg_ps_new(int fd, uint16_t job, int workers, const uint32_t *ips, const u
     ps->queue = calloc((size_t)retain, 1);
     ps->ce = calloc((size_t)retain, 1);
     ps->acc = calloc((size_t)retain * (size_t)lanes, sizeof(int64_t));
-    const size_t packet = HEADER + 4 * (size_t)lanes;
-    ps->sbuf = malloc(BATCH * packet);
+    ps->sbuf = malloc(BATCH * 4 * (size_t)lanes);
     if (!ps->idx || !ps->bitmap || !ps->complete || !ps->end || !ps->queue || !ps->ce || !ps->acc
         || !ps->sbuf) {
         agg_ps_free(ps);
@@ -332,8 +477,8 @@ ps_t *agg_ps_new(int fd, uint16_t job, int workers, const uint32_t *ips, const u
     }
     ps_clear(ps);
     for (int i = 0; i < BATCH; i++) {
-        ps->siov[i].iov_base = ps->sbuf + i * packet; ps->siov[i].iov_len = packet;
-        ps->smsg[i].msg_hdr.msg_iov = &ps->siov[i]; ps->smsg[i].msg_hdr.msg_iovlen = 1;
+        ps->siov[i][0].iov_base = ps->shead[i]; ps->siov[i][0].iov_len = HEADER;
+        ps->smsg[i].msg_hdr.msg_iov = ps->siov[i]; ps->smsg[i].msg_hdr.msg_iovlen = 2;
         ps->smsg[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
     ps->step_start = now_s();
@@ -360,22 +505,27 @@ static void ps_flush(ps_t *ps) {
         }
         off += k;
     }
-    ps->ns = 0;
+    ps->ns = ps->np = 0;
 }
 
-/* A packet to worker `w`: with the chunk's `lanes` sums, or (values NULL: a status or a
- * join's answer) LANES zeros, as the Python server's. */
-static void ps_send(ps_t *ps, int w, const header_t *h, const int64_t *values) {
-    if (ps->ns == BATCH) ps_flush(ps);
-    const size_t packet = HEADER + 4 * (size_t)ps->lanes;
-    uint8_t *p = ps->sbuf + ps->ns * packet;
-    encode_header(p, h);
-    uint32_t *o = (uint32_t *)(p + HEADER);
-    if (values)
-        for (int l = 0; l < ps->lanes; l++) o[l] = htonl((uint32_t)values[l]);
-    else
-        memset(o, 0, 4 * LANES);
-    ps->siov[ps->ns].iov_len = values ? packet : PACKET;
+static const uint32_t zeros[LANES];  /* a status's or a join's answer: LANES zeros */
+
+/* A payload for the next packets: `values` (the chunk's `lanes` sums) in network order, or
+ * (values NULL) LANES zeros, as the Python server's. */
+static void ps_payload(ps_t *ps, const int64_t *values, const void **base, size_t *len) {
+    if (!values) { *base = zeros; *len = sizeof zeros; return; }
+    if (ps->np == BATCH || ps->ns + ps->workers > BATCH) ps_flush(ps);
+    uint32_t *o = (uint32_t *)(ps->sbuf + (size_t)ps->np++ * 4 * (size_t)ps->lanes);
+    for (int l = 0; l < ps->lanes; l++) o[l] = htonl((uint32_t)values[l]);
+    *base = o; *len = 4 * (size_t)ps->lanes;
+}
+
+/* A packet to worker `w`: its header and a payload of `ps_payload`. */
+static void ps_send(ps_t *ps, int w, const header_t *h, const void *base, size_t len) {
+    if (ps->ns == BATCH) ps_flush(ps);  /* a payload of zeros outlives a flush; sums do not */
+    encode_header(ps->shead[ps->ns], h);
+    ps->siov[ps->ns][1].iov_base = (void *)base;
+    ps->siov[ps->ns][1].iov_len = len;
     ps->smsg[ps->ns].msg_hdr.msg_name = &ps->addrs[w];
     ps->ns++;
 }
@@ -383,16 +533,19 @@ static void ps_send(ps_t *ps, int w, const header_t *h, const int64_t *values) {
 static void answer_join(ps_t *ps, int w) {
     if (w < 0 || w >= ps->workers) return;
     header_t h = {ps->job, 0, (uint8_t)w, (uint8_t)ps->workers, F_ACK | F_JOIN, 0, ps->all_mask, 0, ps->run};
-    ps_send(ps, w, &h, NULL);
+    ps_send(ps, w, &h, zeros, sizeof zeros);
 }
 
 static void ack(ps_t *ps, uint32_t seq, uint32_t mask, const int64_t *values, uint32_t holds,
                 uint8_t queue, int ce) {
+    const void *base;
+    size_t len;
+    ps_payload(ps, values, &base, &len);  /* flushes first if the batch could not hold all */
     for (int w = 0; w < ps->workers; w++) {
         if (!(mask >> w & 1)) continue;
         header_t h = {ps->job, (uint16_t)(seq & 0xFFFF), (uint8_t)w, (uint8_t)ps->workers,
                       (uint8_t)(F_ACK | (ce ? F_ECN_ECHO : 0)), queue, holds, seq, ps->run};
-        ps_send(ps, w, &h, values);
+        ps_send(ps, w, &h, base, len);
     }
 }
 
@@ -535,15 +688,6 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
 /* The hook's conversions, as agg_agent/blockfloat.py's `agreement`, `encode` and `decode`
  * compute them (the reference; tests/agent/test_blockfloat.py requires identical output). */
 
-#include <math.h>
-
-#define BF_BLOCK 256
-#define BF_EXP_MIN (-160)
-#define BF_EXP_MAX 128
-#define BF_BAND 26
-#define BF_BANDS 12
-#define BF_HEAD 2
-#define BF_INT32_MAX 2147483647LL
 
 int agg_bf_layout(int32_t *out) {  /* the constants, checked against the Python module's */
     out[0] = BF_BLOCK; out[1] = BF_EXP_MIN; out[2] = BF_EXP_MAX; out[3] = BF_BAND;
@@ -553,14 +697,14 @@ int agg_bf_layout(int32_t *out) {  /* the constants, checked against the Python 
 
 /* This rank's agreement lanes on `x` (n values) into `out` (BF_HEAD + BF_BANDS a block,
  * zeroed by the caller). */
-void agg_bf_agreement(const double *x, int64_t n, int32_t *out) {
+static void bf_agreement(const double *xd, const float *xf, int64_t n, int32_t *out) {
     int64_t nonfinite = 0, nb = (n + BF_BLOCK - 1) / BF_BLOCK;
     int refused = 0;
     for (int64_t b = 0; b < nb; b++) {
         int64_t lo = b * BF_BLOCK, hi = lo + BF_BLOCK < n ? lo + BF_BLOCK : n;
         double top = 0.0;
         for (int64_t i = lo; i < hi; i++) {
-            double a = fabs(x[i]);
+            double a = fabs(xf ? (double)xf[i] : xd[i]);  /* float32 to double: exact */
             if (!isfinite(a)) { nonfinite++; continue; }
             if (a > top) top = a;
         }
@@ -578,18 +722,10 @@ void agg_bf_agreement(const double *x, int64_t n, int32_t *out) {
     }
 }
 
-/* Round to nearest, ties to even (numpy's rint) for |v| < 2^51: adding and taking away
- * 1.5 * 2^52 leaves v rounded in the default rounding mode, with no library call. */
-static inline double bf_rint(double v) {
-    const double m = 6755399441055744.0;
-    return (v + m) - m;
-}
+void agg_bf_agreement(const double *x, int64_t n, int32_t *out) { bf_agreement(x, NULL, n, out); }
 
-static int bf_headroom(int workers) {
-    int h = 0;
-    while ((1 << h) < workers) h++;
-    return h;
-}
+/* The same, of float32 values. */
+void agg_bf_agreement32(const float *x, int64_t n, int32_t *out) { bf_agreement(NULL, x, n, out); }
 
 /* The int32 lanes of `x`'s sent blocks (tops[b] != none), each at its scale; returns how
  * many were written into `out`. */

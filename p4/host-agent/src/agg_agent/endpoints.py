@@ -363,6 +363,35 @@ class Worker:
         """`exchange` through the C loop (agg_agent.native): the same packets and rules."""
         first, wall = self.next_index, time.time()
         packets, retrans, seconds, sums, out = native.exchange(self, q, end)
+        stats = self._native_done(first, chunk_count(q.size, self.lanes), wall, packets,
+                                  retrans, seconds, out)  # fmt: skip
+        return stats, sums
+
+    def exchange_blocks(
+        self,
+        x: npt.NDArray[np.float32],
+        tops: npt.NDArray[np.int64],
+        y: npt.NDArray[np.float32],
+        end: bool = False,
+    ) -> WorkerStats:
+        """`exchange` of float32 `x` in block floating point agreed at `tops`, and the mean
+        over the workers into float32 `y` (may be `x`), converted in C as packets go and
+        come: the C data path's one-pass form of `blockfloat.encode`, `exchange`,
+        `blockfloat.decode`, division and rounding to float32 (the same packets, the same
+        numbers bit for bit; tests/agent/test_datapath.py)."""
+        if self.datapath != "native":
+            raise RuntimeError("exchange_blocks: only on the C data path")
+        if self.run_id is None:
+            self.join()
+        first, wall = self.next_index, time.time()
+        packets, retrans, seconds, chunks, out = native.exchange_blocks(self, x, tops, y, end)
+        return self._native_done(first, chunks, wall, packets, retrans, seconds, out)
+
+    def _native_done(
+        self, first: int, chunks: int, wall: float, packets: int, retrans: int,
+        seconds: float, out: native.WorkerOut,
+    ) -> WorkerStats:  # fmt: skip
+        """The C loop's outcome: its failure raised as the Python loop's, or its stats."""
         if out.fail == 1:
             holds = None if out.fail_holds < 0 else int(out.fail_holds)
             raise TimeoutError(self._stuck(first + out.fail_chunk, out.fail_waited, holds))
@@ -370,14 +399,14 @@ class Worker:
             raise self._restarted(out.reset_run)
         if out.fail:
             raise OSError(out.fail_errno, f"job {self.job_id}: {os.strerror(out.fail_errno)}")
-        self.next_index = first + chunk_count(q.size, self.lanes)
+        self.next_index = first + chunks
         queues = {k: int(v) for k, v in enumerate(out.queue_counts) if v}
         stats = WorkerStats(
             self.iteration, seconds, packets, retrans, float(self.window),
             max(queues, default=0), queues, wall, time.time(),
         )  # fmt: skip
         self.iteration += 1
-        return stats, sums
+        return stats
 
     def _restarted(self, run: int) -> ConnectionResetError:
         """The PS answered in another run than this worker's: it was restarted."""

@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("datapath.c")
-FLAGS = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-Wno-unused-function")
+# -ffp-contract=off: no fused multiply-add, whatever the compiler's default, so the
+# conversions round as blockfloat.py's numpy does (bit for bit)
+FLAGS = (
+    "-O3", "-ffp-contract=off", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-Wno-unused-function",
+)  # fmt: skip
 LIBS = ("-lm",)
 STEPS_A_POLL = 64
 
@@ -137,6 +141,7 @@ def _lib() -> ctypes.CDLL | str:
     if tuple(layout) != want:
         return f"{built}: block floating point {tuple(layout)}, not blockfloat's {want}"
     lib.agg_bf_agreement.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    lib.agg_bf_agreement32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     lib.agg_bf_encode.restype = ctypes.c_int64
     lib.agg_bf_encode.argtypes = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
@@ -150,6 +155,12 @@ def _lib() -> ctypes.CDLL | str:
     lib.agg_worker_exchange.argtypes = [
         ctypes.POINTER(WorkerCfg), ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
         ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(WorkerOut),
+    ]  # fmt: skip
+    lib.agg_worker_exchange_bf.restype = ctypes.c_int
+    lib.agg_worker_exchange_bf.argtypes = [
+        ctypes.POINTER(WorkerCfg), ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int32,
+        ctypes.POINTER(WorkerOut),
     ]  # fmt: skip
     lib.agg_ps_new.restype = ctypes.c_void_p
     lib.agg_ps_new.argtypes = [
@@ -199,19 +210,7 @@ def _ip_port(addr: tuple[str, int]) -> tuple[int, int]:
     return ip, socket.htons(addr[1])
 
 
-def exchange(
-    w: Worker, q: npt.NDArray[np.int32], end: bool
-) -> tuple[int, int, float, npt.NDArray[np.int64], WorkerOut]:
-    """`Worker.exchange`'s loop in C: (packets, retransmissions, seconds, sums, details)."""
-    lib = _lib()
-    assert not isinstance(lib, str), lib
-    chunks = -(-q.size // w.lanes)
-    if q.size == chunks * w.lanes:
-        lanes = np.ascontiguousarray(q, np.int32)
-    else:
-        lanes = np.zeros(chunks * w.lanes, np.int32)
-        lanes[: q.size] = q
-    sums = np.empty(chunks * w.lanes, np.int64)
+def _cfg(w: Worker) -> tuple[WorkerCfg, WorkerOut]:
     ip, port = _ip_port(w.target)
     cfg = WorkerCfg(
         w.sock.fileno(), ip, port, w.job_id, w.worker_id, w.fixed.workers, w.window,
@@ -220,6 +219,22 @@ def exchange(
     )  # fmt: skip
     out = WorkerOut()
     out.srtt = -1.0 if w.srtt is None else w.srtt
+    return cfg, out
+
+
+def exchange(
+    w: Worker, q: npt.NDArray[np.int32], end: bool
+) -> tuple[int, int, float, npt.NDArray[np.int64], WorkerOut]:
+    """`Worker.exchange`'s loop in C: (packets, retransmissions, seconds, sums, details)."""
+    lib = _ready()
+    chunks = -(-q.size // w.lanes)
+    if q.size == chunks * w.lanes:
+        lanes = np.ascontiguousarray(q, np.int32)
+    else:
+        lanes = np.zeros(chunks * w.lanes, np.int32)
+        lanes[: q.size] = q
+    sums = np.empty(chunks * w.lanes, np.int64)
+    cfg, out = _cfg(w)
     lib.agg_worker_exchange(
         ctypes.byref(cfg), w.next_index, lanes.ctypes.data, chunks, int(end),
         sums.ctypes.data, ctypes.byref(out),
@@ -227,6 +242,40 @@ def exchange(
     if out.srtt >= 0:
         w.srtt = out.srtt
     return out.packets, out.retrans, out.seconds, sums[: q.size], out
+
+
+def exchange_blocks(
+    w: Worker,
+    x: npt.NDArray[np.float32],
+    tops: npt.NDArray[np.int64],
+    y: npt.NDArray[np.float32],
+    end: bool,
+) -> tuple[int, int, float, int, WorkerOut]:
+    """The values of float32 `x`'s blocks agreed at `tops`, exchanged in block floating
+    point, and the mean over the workers into float32 `y` (may be `x`): in one pass,
+    `blockfloat.encode`, `Worker.exchange`, `blockfloat.decode` and the division by the
+    number of workers, rounded to float32 (numpy's and torch's steps, bit for bit).
+    Returns (packets, retransmissions, seconds, chunks, details)."""
+    lib = _ready()
+    for name, a in (("x", x), ("y", y)):
+        if a.dtype != np.float32 or not a.flags.c_contiguous or a.size != x.size:
+            raise ValueError(f"{name}: a contiguous float32 array of {x.size} values")
+    if not y.flags.writeable:
+        raise ValueError("y: read-only")
+    tops = np.ascontiguousarray(tops, np.int64)
+    if tops.size != bf.blocks(x.size):
+        raise ValueError(f"tops: {tops.size} blocks for {x.size} values")
+    workers = w.fixed.workers
+    bf.headroom(workers)
+    chunks = -(-int(np.count_nonzero(bf.sent(tops))) * bf.BLOCK // w.lanes)
+    cfg, out = _cfg(w)
+    lib.agg_worker_exchange_bf(
+        ctypes.byref(cfg), w.next_index, x.ctypes.data, x.size, tops.ctypes.data, bf.NONE,
+        workers, y.ctypes.data, int(end), ctypes.byref(out),
+    )  # fmt: skip
+    if out.srtt >= 0:
+        w.srtt = out.srtt
+    return out.packets, out.retrans, out.seconds, chunks, out
 
 
 def serve(
@@ -306,6 +355,14 @@ def bf_agreement(x: npt.NDArray[np.float64]) -> npt.NDArray[np.int32]:
     x = np.ascontiguousarray(x, np.float64)
     out = np.zeros(bf.agreement_lanes(x.size), np.int32)
     _ready().agg_bf_agreement(x.ctypes.data, x.size, out.ctypes.data)
+    return out
+
+
+def bf_agreement32(x: npt.NDArray[np.float32]) -> npt.NDArray[np.int32]:
+    """`blockfloat.agreement(x)` of float32 values (as float64, exactly), in C."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.zeros(bf.agreement_lanes(x.size), np.int32)
+    _ready().agg_bf_agreement32(x.ctypes.data, x.size, out.ctypes.data)
     return out
 
 

@@ -169,13 +169,41 @@ class AggregationHook:
         x = np.ravel(np.asarray(x, np.float64))
         # the C data path converts in C too (agg_agent.native, identical to blockfloat's)
         c = self.worker.datapath == "native"
-        _, summed = self.worker.exchange(native.bf_agreement(x) if c else bf.agreement(x))
-        tops, nonfinite = bf.agreed(summed, x.size)
-        self.last_tops, self.last_n = tops, x.size
+        tops, nonfinite = self._agree(native.bf_agreement(x) if c else bf.agreement(x), x.size)
+        return self._values(x, tops, nonfinite)
+
+    def allreduce_mean32(self, x: npt.NDArray[np.float32]) -> None:
+        """In place, float32 `x` becomes the mean over every rank, as `allreduce(x) /
+        workers` rounded to float32 gives it, bit for bit: on the C data path, converted as
+        packets go and come (`Worker.exchange_blocks`), with no copy of the bucket."""
+        if x.dtype != np.float32 or x.ndim != 1 or not x.flags.c_contiguous:
+            raise ValueError("x: a contiguous one-dimensional float32 array")
+        c = self.worker.datapath == "native"
+        tops, nonfinite = self._agree(native.bf_agreement32(x) if c else bf.agreement(x), x.size)
+        live = int(np.count_nonzero(bf.sent(tops)))
+        if c and live and not nonfinite:
+            self.values_sent += live * bf.BLOCK
+            self.worker.exchange_blocks(x, tops, x, end=True)
+        else:  # inf or NaN somewhere, all zero, or the Python data path: the reference's way
+            x[:] = self._values(x.astype(np.float64), tops, nonfinite) / self.workers
+
+    def _agree(self, lanes: npt.NDArray[np.int32], n: int) -> tuple[npt.NDArray[np.int64], int]:
+        """Exchange this rank's agreement lanes: the blocks' tops and the non-finite count."""
+        _, summed = self.worker.exchange(lanes)
+        tops, nonfinite = bf.agreed(summed, n)
+        self.last_tops, self.last_n = tops, n
         live = tops[bf.sent(tops)]
         self.tops.append(int(live.max()) if live.size else None)
+        return tops, nonfinite
+
+    def _values(
+        self, x: npt.NDArray[np.float64], tops: npt.NDArray[np.int64], nonfinite: int
+    ) -> npt.NDArray[np.float64]:
+        """The agreed bucket's sum: its values, then codes if some rank has inf or NaN."""
+        c = self.worker.datapath == "native"
+        live = bf.sent(tops)
         total = np.zeros(x.size, np.float64)
-        if live.size:
+        if live.any():
             q = (native.bf_encode if c else bf.encode)(x, tops, self.workers)
             self.values_sent += q.size
             _, sums = self.worker.exchange(q, end=not nonfinite)
@@ -184,7 +212,7 @@ class AggregationHook:
             self.nonfinite += 1
             _, codes = self.worker.exchange(bf.codes(x), end=True)
             bf.apply_codes(total, codes)
-        elif not live.size:  # every value zero: one chunk of zeros ends the step
+        elif not live.any():  # every value zero: one chunk of zeros ends the step
             self.worker.exchange(np.zeros(1, np.int32), end=True)
         return total
 
@@ -202,16 +230,30 @@ class AggregationHook:
         import torch
 
         buf = bucket.buffer()
-        grad = buf.detach().reshape(-1).to(torch.float64).cpu().numpy()  # a copy
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        if buf.dtype == torch.float32 and buf.device.type == "cpu" and buf.is_contiguous():
+            # float32 on the CPU, DDP's usual bucket: its mean written into it, as gloo's
+            # all-reduce does (DDP leaves a bucket alone until its Future completes)
+            values = buf.detach().view(-1).numpy()
 
-        def reduce() -> None:
-            try:
-                total = self.allreduce(grad) / self.workers
-                self.buckets += 1
-                fut.set_result(torch.from_numpy(total).to(buf.dtype).reshape(buf.shape))
-            except BaseException as e:  # the Future carries it to DDP
-                fut.set_exception(e)
+            def reduce() -> None:
+                try:
+                    self.allreduce_mean32(values)
+                    self.buckets += 1
+                    fut.set_result(buf)
+                except BaseException as e:  # the Future carries it to DDP
+                    fut.set_exception(e)
+
+        else:  # another dtype or device: through a float64 copy
+            grad = buf.detach().reshape(-1).to(torch.float64).cpu().numpy()
+
+            def reduce() -> None:
+                try:
+                    total = self.allreduce(grad) / self.workers
+                    self.buckets += 1
+                    fut.set_result(torch.from_numpy(total).to(buf.dtype).reshape(buf.shape))
+                except BaseException as e:
+                    fut.set_exception(e)
 
         last = getattr(bucket, "is_last", lambda: False)()
         if not self.overlap or (last and (self._queued is None or self._queued.done())):
