@@ -8,7 +8,15 @@ import sys
 
 import pytest
 
-from agg_optimizer.documents import Instance, Job, Link, LinkTelemetry, Node, Topology
+from agg_optimizer.documents import (
+    Instance,
+    Job,
+    Link,
+    LinkTelemetry,
+    Node,
+    SlotPool,
+    Topology,
+)
 from agg_optimizer.topology import fat_tree
 from agg_optimizer.validation import InstanceError, check_instance
 
@@ -143,6 +151,33 @@ def test_telemetry_on_a_missing_link_after_good_entries_is_named() -> None:
     check_instance(
         inst.model_copy(update={"telemetry": inst.telemetry.model_copy(update={"links": good})})
     )
+
+
+def test_a_second_record_of_one_direction_is_refused_naming_both() -> None:
+    """Two measurements of one link direction: neither is picked silently. The opposite
+    direction of the same link is another record, and fine."""
+    inst = _inst()
+    ln = inst.topology.links[7]
+    fwd = LinkTelemetry(src=ln.src, dst=ln.dst, utilization=0.2)
+    inst.telemetry.links.extend([fwd, LinkTelemetry(src=ln.dst, dst=ln.src, utilization=0.5)])
+    check_instance(inst)
+    inst.telemetry.links.append(LinkTelemetry(src=ln.src, dst=ln.dst, utilization=0.9))
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == "telemetry.links[2]"
+    assert "telemetry.links[0]" in e.value.message and f"{ln.src}->{ln.dst}" in e.value.message
+
+
+def test_overlapping_reserved_pools_are_refused_naming_both() -> None:
+    """Two pools sharing a slot would be two jobs summing into one register."""
+    inst = _inst()
+    inst.reserved = {"e0_0": [SlotPool(base=0, size=16), SlotPool(base=16, size=16)]}
+    check_instance(inst)  # touching, not sharing
+    inst.reserved["e0_0"].append(SlotPool(base=31, size=4))
+    with pytest.raises(InstanceError) as e:
+        check_instance(inst)
+    assert e.value.field == "reserved.e0_0[2]"
+    assert "reserved.e0_0[1] (16..31)" in e.value.message
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, pairwise
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -146,6 +146,28 @@ def _telemetry_looks_valid(
     return ends if ok else None
 
 
+def _check_unique_directions(
+    inst: Instance, index: dict[str, int], t_ends: np.ndarray | None
+) -> None:
+    """At most one telemetry record a link direction: two would be two measurements with
+    nothing to say which holds, so neither is picked silently."""
+    import numpy as np
+
+    tl = inst.telemetry.links
+    if t_ends is not None:  # as arrays first; the loop below only names the duplicate
+        keys = t_ends[:, 0].astype(np.int64) * len(index) + t_ends[:, 1]  # directed
+        if len(np.unique(keys)) == len(keys):
+            return
+    seen: dict[tuple[str, str], int] = {}
+    for i, lt in enumerate(tl):
+        j = seen.setdefault((lt.src, lt.dst), i)
+        if j != i:
+            raise InstanceError(
+                f"telemetry.links[{i}]",
+                f"a second record of {lt.src}->{lt.dst} (telemetry.links[{j}] has it)",
+            )
+
+
 def check_instance(inst: Instance) -> Checked:
     """Raise `InstanceError` for the first structural problem found; else what the checks
     computed that `Network.from_instance` can reuse."""
@@ -187,6 +209,7 @@ def check_instance(inst: Instance) -> Checked:
         for i, lt in enumerate(inst.telemetry.links):
             if frozenset((lt.src, lt.dst)) not in edges:
                 raise InstanceError(f"telemetry.links[{i}]", f"no link {lt.src}->{lt.dst}")
+    _check_unique_directions(inst, index, t_ends)
     for i, st in enumerate(inst.telemetry.switches):
         if kinds.get(st.switch) != "switch":
             raise InstanceError(f"telemetry.switches[{i}].switch", f"unknown switch {st.switch!r}")
@@ -200,6 +223,16 @@ def check_instance(inst: Instance) -> Checked:
                 raise InstanceError(
                     f"reserved.{sw}[{k}]",
                     f"pool {p.base}..{p.base + p.size - 1} beyond the switch's {slots[sw]} slots",
+                )
+        # two reserved pools sharing a slot would be two jobs summing into one register
+        order = sorted(range(len(held)), key=lambda k: held[k].base)
+        for a, b in pairwise(order):
+            if held[b].base < held[a].base + held[a].size:
+                lo, hi = held[a].base, held[a].base + held[a].size - 1
+                raise InstanceError(
+                    f"reserved.{sw}[{b}]",
+                    f"pool {held[b].base}..{held[b].base + held[b].size - 1} overlaps "
+                    f"reserved.{sw}[{a}] ({lo}..{hi}): no two pools may share a slot",
                 )
 
     if fast is None:
