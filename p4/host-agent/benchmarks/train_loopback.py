@@ -256,9 +256,13 @@ def main() -> None:
                 if params <= args.python_up_to:
                     modes.append(("python", LANES))
                 row: dict = {"params_wanted": params, "ranks": world}
-                # small models' steps take milliseconds: more of them for a steady median
-                steps = args.steps if params > 100_000 else max(args.steps, 40)
                 for mode, lanes in modes:
+                    # steps of milliseconds: more of them for a steady median (not for the
+                    # 32-value and Python paths of larger models, whose steps take seconds)
+                    fast = mode in ("gloo", "sync") or lanes != LANES
+                    steps = max(args.steps, 40) if params <= 100_000 else args.steps
+                    if fast and params <= 2_000_000:
+                        steps = max(steps, 20)
                     key = mode if mode == "gloo" else f"{mode}{lanes}"
                     r = run(mode, world, params, steps, tmp, lanes)
                     row["params"] = r["params"]

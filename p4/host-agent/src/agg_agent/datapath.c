@@ -228,6 +228,7 @@ typedef struct {
     double timeout_s;
     double deadline_s;     /* < 0: none */
     int64_t max_retries;
+    int32_t flight;        /* chunks past the oldest unacknowledged one: <= window */
 } worker_cfg;
 
 typedef struct {
@@ -285,7 +286,7 @@ static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *
     while (low < chunks) {
         int ns = 0;
         /* new chunks, within the window past the oldest unacknowledged one */
-        while (nxt < chunks && nxt < low + cfg->window && ns < BATCH) {
+        while (nxt < chunks && nxt < low + cfg->flight && ns < BATCH) {
             int64_t index = first + nxt;
             h.slot = (uint16_t)(index % cfg->window);
             h.seq = (uint32_t)(index & 0xFFFFFFFFLL);
@@ -327,7 +328,7 @@ static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *
         for (int64_t c = low; c < nxt; c++)
             if (!acked[c] && sent_at[c] >= 0 && sent_at[c] < oldest) oldest = sent_at[c];
         double wait = oldest + cfg->timeout_s - now_s();
-        if (nxt < chunks && nxt < low + cfg->window) wait = 0;  /* room to send more */
+        if (nxt < chunks && nxt < low + cfg->flight) wait = 0;  /* room to send more */
         struct pollfd pfd = {cfg->fd, POLLIN, 0};
         int ms = wait <= 0 ? 0 : (int)(wait * 1000.0) + 1;
         int pr = poll(&pfd, 1, ms);

@@ -66,11 +66,29 @@ RETAIN = 1 << 17  # chunks whose sums `ParameterServer.serve` keeps: twice the l
 # a datagram); what overflows is dropped and waits a retransmission timer (seen: a 1M-
 # parameter step at 4 ranks took minutes). The kernel caps it at net.core.rmem_max.
 RCVBUF = 1 << 23
+# Bytes of chunks in flight from all workers of a job together, at most: what the PS's
+# receive buffer takes at once (a datagram costs the kernel more than its payload). At 32
+# values a packet the job's slot pool is far smaller; wide chunks are bound by it: 4 ranks
+# with 128 chunks of 4,096 values each overflowed the buffer, and every step waited out
+# about 130 retransmission timers per rank (10M parameters: 1.2 s an all-reduce, 0.13 s
+# at 64 chunks).
+FLIGHT_BYTES = 1 << 22
+MIN_FLIGHT = 8  # chunks: fewer would leave the path idle between acknowledgements
+
+
+def flight_chunks(window: int, workers: int, lanes: int) -> int:
+    """Chunks a worker keeps past its oldest unacknowledged one: the window (the slot
+    pool), or fewer where the job's wide chunks would overflow the PS (`FLIGHT_BYTES`)."""
+    fits = FLIGHT_BYTES // (max(1, workers) * packet_bytes(lanes))
+    return min(window, max(MIN_FLIGHT, fits))
 
 
 def _socket() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+    try:  # past net.core.rmem_max where the process may (CAP_NET_ADMIN), as the collector
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, RCVBUF)
+    except (OSError, AttributeError):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)  # capped by rmem_max
     return s
 
 
@@ -150,6 +168,7 @@ class Worker:
             max_retries,
         )
         self.controller = controller if controller is not None else FixedWindow(float(window))
+        self.flight = flight_chunks(window, fixed.workers, self.lanes)
         self.sock = _socket()
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
@@ -279,7 +298,7 @@ class Worker:
             gap = pacing_gap(cc.window, self.srtt)
             while (
                 nxt < chunks
-                and nxt < low + self.window
+                and nxt < low + self.flight
                 and len(sent_at) < limit
                 and time.perf_counter() >= self.last_send + gap
             ):

@@ -61,6 +61,7 @@ class WorkerCfg(ctypes.Structure):
         ("timeout_s", ctypes.c_double),
         ("deadline_s", ctypes.c_double),
         ("max_retries", ctypes.c_int64),
+        ("flight", ctypes.c_int32),
     ]
 
 
@@ -217,7 +218,7 @@ def _cfg(w: Worker) -> tuple[WorkerCfg, WorkerOut]:
     cfg = WorkerCfg(
         w.sock.fileno(), ip, port, w.job_id, w.worker_id, w.fixed.workers, w.window,
         w.run_id or 0, w.lanes, w.timeout, -1.0 if w.deadline_s is None else w.deadline_s,
-        w.max_retries,
+        w.max_retries, w.flight,
     )  # fmt: skip
     out = WorkerOut()
     out.srtt = -1.0 if w.srtt is None else w.srtt
