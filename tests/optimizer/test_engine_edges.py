@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agg_optimizer.documents import Instance
+from agg_optimizer.documents import Instance, Telemetry
 from agg_optimizer.engine import STRATEGIES, solve
 from agg_optimizer.examples import example_instance
 
@@ -39,6 +39,8 @@ def test_agg_mm_survives_a_warm_re_solve_that_ends_unknown() -> None:
         ("job", {"weight": float("nan")}, "weight"),
         ("node", {"slots": 10**30}, "slots"),
         ("link", {"capacity_gbps": float("inf")}, "capacity_gbps"),
+        ("link", {"capacity_gbps": 1e-16}, "capacity_gbps"),
+        ("job", {"weight": 1e-300}, "weight"),
         ("telemetry", {"latency_us": float("inf")}, "latency_us"),
     ],
 )
@@ -60,6 +62,24 @@ def test_numbers_past_the_bounds_are_refused_naming_the_field(
     locs = [".".join(str(x) for x in err["loc"]) for err in e.value.errors()]
     assert any(loc.endswith(field) for loc in locs), locs
     assert all(err["type"] != "model_type" for err in e.value.errors())
+
+
+@pytest.mark.parametrize("strategy", ["agg", "agg-mm", "agg-own", "milp"])
+def test_numbers_at_the_bounds_are_solved(strategy: str) -> None:
+    """Links at 1e-6 Gb/s carrying 1e15-byte updates at weight 1e6 put costs of 1e19 s in
+    the LP (HiGHS's infinity is 1e20; it answered `Solve error`): scaled by a power of two,
+    AGG's LP finds the MILP's placement. Links at the lower bound (1e-9 Gb/s) solve too."""
+    inst = example_instance(k=4, n_jobs=2, seed=0)
+    for cap in (1e-6, 1e-9):
+        topo = inst.topology.model_copy(deep=True)
+        for ln in topo.links:
+            ln.capacity_gbps = cap
+        jobs = [j.model_copy(update={"update_bytes": 10**15, "weight": 1e6}) for j in inst.jobs]
+        big = inst.model_copy(update={"topology": topo, "jobs": jobs, "telemetry": Telemetry()})
+        p = solve(big, strategy)
+        exact = solve(big, "milp")
+        assert len(p.jobs) == 2 and all(j.predicted_cct_s > 0 for j in p.jobs)
+        assert p.mean_predicted_cct_s <= exact.mean_predicted_cct_s * (1 + 1e-9)
 
 
 def test_re_routing_never_makes_the_reported_cct_worse(monkeypatch: pytest.MonkeyPatch) -> None:

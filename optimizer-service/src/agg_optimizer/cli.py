@@ -656,6 +656,9 @@ def main() -> None:
     except (UserError, ValueError) as e:  # validation.InstanceError is a ValueError
         print(f"agg-optimizer: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except RuntimeError as e:  # flow_lp.SolveError: the solver failed, not the input
+        print(f"agg-optimizer: error: solver: {e}", file=sys.stderr)
+        sys.exit(1)
     except (Abort, KeyboardInterrupt):
         print("agg-optimizer: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -26,6 +26,10 @@ MAX_BYTES = 10**15
 MAX_GBPS = 1e6
 MAX_US = 1e9
 MAX_WEIGHT = 1e6
+# Lower bounds: below them a link's or a job's numbers span more than the LP's float64 can
+# hold apart (1e-300 Gb/s put infinite costs in the LP); a smaller value is refused.
+MIN_GBPS = 1e-9  # one bit a second
+MIN_WEIGHT = 1e-6
 MAX_COUNT = 10**6
 
 
@@ -59,7 +63,7 @@ class Link(_Input):
 
     src: str
     dst: str
-    capacity_gbps: float = Field(10.0, gt=0, le=MAX_GBPS)
+    capacity_gbps: float = Field(10.0, ge=MIN_GBPS, le=MAX_GBPS)
     src_port: int | None = None
     dst_port: int | None = None
 
@@ -104,7 +108,7 @@ class Job(_Input):
     update_bytes: PositiveInt = Field(
         le=MAX_BYTES, description="Bytes each worker sends per iteration."
     )
-    weight: float = Field(1.0, gt=0, le=MAX_WEIGHT)
+    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     max_aggregators: Annotated[PositiveInt, Field(le=MAX_COUNT)] | None = Field(
         None, description="Cap K_j on aggregation switches for this job; none means no cap."
     )

@@ -300,6 +300,15 @@ def check_incidence(net: FlowNetwork, start, index, value) -> None:
             raise NotTotallyUnimodular("convexity", f"{kind} segment costs decrease")
 
 
+def _cost_scale(cost: np.ndarray) -> float:
+    """A power of two bringing the largest |cost| near 1 when it is beyond 1e6 or under
+    1e-6; 1.0 otherwise (the placements of ordinary instances stay as recorded)."""
+    top = float(np.max(np.abs(cost))) if len(cost) else 0.0
+    if top == 0.0 or not np.isfinite(top) or 1e-6 <= top <= 1e6:
+        return 1.0
+    return float(2.0 ** np.round(np.log2(top)))
+
+
 class FlowLP:
     """The exact LP path: checks the structure, builds the circulation once, solves it.
 
@@ -326,7 +335,11 @@ class FlowLP:
         lp = highspy.HighsLp()
         lp.num_col_ = len(net.tail)
         lp.num_row_ = net.n_nodes
-        lp.col_cost_ = net.cost
+        # Costs far from 1 (1e15-byte updates on 1e-6 Gb/s links at weight 1e6 reach 1e19 s,
+        # where HiGHS's infinity is 1e20) are scaled by a power of two: exact, so the LP
+        # and its optimum are the same; the objective is scaled back.
+        self.cost_scale = _cost_scale(net.cost)
+        lp.col_cost_ = net.cost / self.cost_scale
         lp.col_lower_ = np.zeros(lp.num_col_)
         lp.col_upper_ = net.upper
         lp.row_lower_ = np.zeros(net.n_nodes)
@@ -363,7 +376,8 @@ class FlowLP:
             if self.pruned:
                 raise ValueError("arc_cost: re-costing needs a model built with prune=False")
             cols = net.x_cols[kept].astype(np.int32)
-            h.changeColsCost(len(cols), cols, np.asarray(arc_cost, dtype=float)[kept])
+            cost = np.asarray(arc_cost, dtype=float)[kept] / self.cost_scale
+            h.changeColsCost(len(cols), cols, cost)
         build = self._pending_build + time.perf_counter() - t0
         self._pending_build = 0.0
         t1 = time.perf_counter()
@@ -390,7 +404,7 @@ class FlowLP:
         chosen[kept] = np.round(col[net.x_cols[kept]]) == 1
         return FlowSolution(
             chosen=chosen,
-            objective=float(h.getInfo().objective_function_value),
+            objective=float(h.getInfo().objective_function_value) * self.cost_scale,
             path="lp",
             reason=None,
             build_s=build,

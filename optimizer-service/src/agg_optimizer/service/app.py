@@ -33,6 +33,7 @@ from pydantic import (
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..documents import MAX_WEIGHT, MIN_WEIGHT
 from ..engine import STRATEGIES
 from ..peers import POLICIES as PEER_POLICIES
 from ..scheduling import POLICIES
@@ -77,7 +78,7 @@ class JobIn(BaseModel):
     )
     ps: str = Field(pattern=HOST_REF, description="The parameter server (host id, MAC or IP).")
     update_bytes: Count = Field(le=10**12)
-    weight: Annotated[float, BeforeValidator(_no_bool)] = Field(1.0, gt=0, le=1e6)
+    weight: Annotated[float, BeforeValidator(_no_bool)] = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     # Bounds inside Annotated: on the `| None` union pydantic would publish `ge`/`le` as
     # unknown keywords instead of JSON Schema's `minimum`/`maximum`.
     max_aggregators: Annotated[int, Field(gt=0, le=10_000), BeforeValidator(_no_bool)] | None = None

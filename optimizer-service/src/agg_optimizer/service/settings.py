@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..documents import MAX_GBPS, MIN_GBPS
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGG_OPTIMIZER_", env_file=None, extra="forbid")
@@ -25,7 +27,7 @@ class Settings(BaseSettings):
     onos_retries: int = Field(2, ge=0, le=10, description="Retries of idempotent ONOS calls.")
     intent_wait_s: float = Field(20.0, gt=0, description="How long to wait for INSTALLED.")
     intent_priority: int = Field(40000, ge=1, le=65535)
-    link_capacity_gbps: float = Field(10.0, gt=0)
+    link_capacity_gbps: float = Field(10.0, ge=MIN_GBPS, le=MAX_GBPS)
 
     influx_url: str = "http://127.0.0.1:8086"
     influx_token: SecretStr = SecretStr("")
