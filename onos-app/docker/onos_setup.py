@@ -26,6 +26,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -151,6 +152,13 @@ def oar_metadata(oar: Path) -> tuple[str, str, list[str]]:
     return name, version, required
 
 
+def onos_version(version: str) -> str:
+    """A version as ONOS reports it: `org.onosproject.core.Version` splits the text at `.`
+    and `-` into at most four fields and joins them with `.` (0.1.0-SNAPSHOT is
+    0.1.0.SNAPSHOT), so the .oar's own text never equals what ONOS says."""
+    return ".".join(re.split(r"[.-]", version, maxsplit=3))
+
+
 def install(onos: Onos, oar: Path, reinstall: bool) -> str:
     name, version, required = oar_metadata(oar)
     onos.up()
@@ -158,7 +166,7 @@ def install(onos: Onos, oar: Path, reinstall: bool) -> str:
         onos.activate(req)
     current = onos.app(name)
     if current is not None:
-        same = current.get("version") == version
+        same = current.get("version") == onos_version(version)
         if same and not reinstall and current.get("state") == "ACTIVE":
             return f"{name} {version} already active"
         if same and not reinstall:

@@ -140,7 +140,9 @@ class StandIn:
             if name in self.apps:  # ONOS refuses to install an installed app
                 return 409, {"code": 409, "message": f"Application {name} already installed"}
             active = query.get("activate") == ["true"]
-            self.apps[name] = {"name": name, "version": version}
+            # as ONOS's Version: at most four fields split at . and -, joined by .
+            fields = re.split(r"[.-]", version, maxsplit=3)
+            self.apps[name] = {"name": name, "version": ".".join(fields)}
             self.apps[name]["state"] = "ACTIVE" if active else "INSTALLED"
             return 200, self.apps[name]
         if m and method == "GET":
@@ -249,6 +251,20 @@ def test_install_leaves_an_active_app_of_the_same_version(onos: StandIn, tmp_pat
     assert setup.main(["install", str(f)]) == 0
     assert len(onos.uploads) == 1
     assert not [c for c in onos.log if c[0] == "DELETE"]
+
+
+def test_a_snapshot_is_the_version_onos_reports(onos: StandIn, tmp_path: Path) -> None:
+    """ONOS reports 0.1.0-SNAPSHOT as 0.1.0.SNAPSHOT: a second run (a second `docker
+    compose up`) must still see its own version, and neither delete nor re-upload it (on
+    the cluster the delete removed the app from every node)."""
+    f = tmp_path / "app.oar"
+    f.write_bytes(oar("0.1.0-SNAPSHOT"))
+    assert setup.main(["install", str(f)]) == 0
+    assert onos.apps[APP]["version"] == "0.1.0.SNAPSHOT"
+    assert setup.main(["install", str(f)]) == 0
+    assert len(onos.uploads) == 1 and not [c for c in onos.log if c[0] == "DELETE"]
+    assert setup.onos_version("2.7.0") == "2.7.0"
+    assert setup.onos_version("1.2.3-rc-1") == "1.2.3.rc-1"
 
 
 def test_install_replaces_another_version(onos: StandIn, tmp_path: Path) -> None:
