@@ -36,8 +36,8 @@
 #define F_END 0x20
 #define MAX_WORKERS 32
 /* The loops over a packet's values, built twice: for AVX2 (byte swaps and conversions
- * 8 lanes at once) and for any x86-64; the loader picks by the CPU it runs on (measured:
- * a 1M-value bucket's all-reduce 22.5 -> 12.7 ms, docs/benchmarks/training.md). The same
+ * 8 lanes at once) and for any x86-64; the loader picks by the CPU it runs on (a 1M-value
+ * bucket's all-reduce about 20 -> 14 ms, docs/benchmarks/training.md). The same
  * IEEE operations either way, so the same numbers, bit for bit. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HOT __attribute__((target_clones("avx2", "default")))

@@ -411,6 +411,8 @@ class Worker:
         seconds: float, out: native.WorkerOut,
     ) -> WorkerStats:  # fmt: skip
         """The C loop's outcome: its failure raised as the Python loop's, or its stats."""
+        if out.srtt >= 0:  # measured in C from first transmissions, as Python's loop does
+            self.srtt = out.srtt
         if out.fail == 1:
             holds = None if out.fail_holds < 0 else int(out.fail_holds)
             raise TimeoutError(self._stuck(first + out.fail_chunk, out.fail_waited, holds))

@@ -242,8 +242,6 @@ def exchange(
         ctypes.byref(cfg), w.next_index, lanes.ctypes.data, chunks, int(end),
         sums.ctypes.data, ctypes.byref(out),
     )  # fmt: skip
-    if out.srtt >= 0:
-        w.srtt = out.srtt
     return out.packets, out.retrans, out.seconds, sums[: q.size], out
 
 
@@ -276,8 +274,6 @@ def exchange_blocks(
         ctypes.byref(cfg), w.next_index, x.ctypes.data, x.size, tops.ctypes.data, bf.NONE,
         workers, y.ctypes.data, int(end), ctypes.byref(out),
     )  # fmt: skip
-    if out.srtt >= 0:
-        w.srtt = out.srtt
     return out.packets, out.retrans, out.seconds, chunks, out
 
 

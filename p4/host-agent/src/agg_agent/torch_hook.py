@@ -201,9 +201,9 @@ class AggregationHook:
     ) -> npt.NDArray[np.float64]:
         """The agreed bucket's sum: its values, then codes if some rank has inf or NaN."""
         c = self.worker.datapath == "native"
-        live = bf.sent(tops)
+        live = bool(bf.sent(tops).any())
         total = np.zeros(x.size, np.float64)
-        if live.any():
+        if live:
             q = (native.bf_encode if c else bf.encode)(x, tops, self.workers)
             self.values_sent += q.size
             _, sums = self.worker.exchange(q, end=not nonfinite)
@@ -212,7 +212,7 @@ class AggregationHook:
             self.nonfinite += 1
             _, codes = self.worker.exchange(bf.codes(x), end=True)
             bf.apply_codes(total, codes)
-        elif not live.any():  # every value zero: one chunk of zeros ends the step
+        elif not live:  # every value zero: one chunk of zeros ends the step
             self.worker.exchange(np.zeros(1, np.int32), end=True)
         return total
 
@@ -236,24 +236,24 @@ class AggregationHook:
             # all-reduce does (DDP leaves a bucket alone until its Future completes)
             values = buf.detach().view(-1).numpy()
 
-            def reduce() -> None:
-                try:
-                    self.allreduce_mean32(values)
-                    self.buckets += 1
-                    fut.set_result(buf)
-                except BaseException as e:  # the Future carries it to DDP
-                    fut.set_exception(e)
+            def mean() -> torch.Tensor:
+                self.allreduce_mean32(values)
+                return buf
 
         else:  # another dtype or device: through a float64 copy
             grad = buf.detach().reshape(-1).to(torch.float64).cpu().numpy()
 
-            def reduce() -> None:
-                try:
-                    total = self.allreduce(grad) / self.workers
-                    self.buckets += 1
-                    fut.set_result(torch.from_numpy(total).to(buf.dtype).reshape(buf.shape))
-                except BaseException as e:
-                    fut.set_exception(e)
+            def mean() -> torch.Tensor:
+                total = self.allreduce(grad) / self.workers
+                return torch.from_numpy(total).to(buf.dtype).reshape(buf.shape)
+
+        def reduce() -> None:
+            try:
+                result = mean()
+                self.buckets += 1
+                fut.set_result(result)
+            except BaseException as e:  # the Future carries it to DDP
+                fut.set_exception(e)
 
         last = getattr(bucket, "is_last", lambda: False)()
         if not self.overlap or (last and (self._queued is None or self._queued.done())):
