@@ -2,6 +2,8 @@
 # uv from PATH, else installed once from PyPI into ~/.local/bin (a fresh machine needs only
 # Python 3.11, Go and make for `make demo`).
 UV ?= $(or $(shell command -v uv 2>/dev/null),$(HOME)/.local/bin/uv)
+# Go where the machine has it outside PATH too (its tarball's /usr/local/go)
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
 RUN := $(UV) run --frozen
 
 .PHONY: all sync lint test demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
@@ -152,5 +154,7 @@ export INNET_AGG_COMPOSECHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-ag
 
 compose-check: $(INNET_AGG_COMPOSECHECK)
 
-$(INNET_AGG_COMPOSECHECK): $(COMPOSECHECK_SRC)
-	cd tests/deploy/composecheck && GOWORK=off go build -mod=readonly -buildvcs=false -trimpath -o $@ .
+# order-only: the name is keyed by the sources' content, so a fresh clone's newer file times
+# alone do not rebuild it
+$(INNET_AGG_COMPOSECHECK): | $(COMPOSECHECK_SRC)
+	cd tests/deploy/composecheck && GOWORK=off $(GO) build -mod=readonly -buildvcs=false -trimpath -o $@ .
