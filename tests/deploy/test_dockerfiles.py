@@ -179,6 +179,11 @@ def test_build_stage_runs_here_and_gives_the_commands_compose_runs(
     env = {
         k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
     }
+    # this machine's uv where the RUN lines look for it: `uv run` names itself in $UV, also
+    # when uv is not on PATH (a new user's make test)
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv:
+        env["PATH"] = f"{Path(uv).parent}{os.pathsep}{env.get('PATH', '')}"
     python = re.match(r"python:(\d+\.\d+)", arg_default(df, "PYTHON_IMAGE"))
     assert python
     ran = []
