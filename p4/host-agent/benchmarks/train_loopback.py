@@ -1,6 +1,7 @@
 """DDP through the aggregation hook against DDP's own gloo all-reduce, on loopback with no
 switch (the PS sums raw chunks), side by side in one run, and the machine's own limit:
-a bare C sendmmsg/recvmmsg pair moving packets of our size.
+a bare C pair moving packets of our size, with sendmmsg/recvmmsg and with segmented sends
+and coalesced reads (UDP_SEGMENT/UDP_GRO, which the C data path uses on loopback).
 
     uv run python p4/host-agent/benchmarks/train_loopback.py [--params 5000,1000000,10000000]
         [--ranks 2,4] [--steps 5] [--out docs/benchmarks]   (make bench-training)
@@ -9,8 +10,9 @@ Per model (an MLP on synthetic data, sized to about the given parameters) and ra
 seconds a step takes with gloo; with the hook on the C data path and packets of 32 values
 (what switches sum), overlapping backward; with packets of `--wide` values (a job whose PS
 makes every sum), overlapping and not; with the Python data path (small models only: it is
-the reference, not a contender); the ratios to gloo; the PS's packet rate against a bare C
-pair's at the same packet size; the share of the all-reduce hidden behind backward. Writes
+the reference, not a contender); the ratios to gloo; the PS's packet rate against the bare
+C pairs' at the same packet size (measured before and after the runs, averaged); the share
+of the all-reduce hidden behind backward. Writes
 `training.json`, `training.png` and prints the table of docs/benchmarks/training.md.
 """
 
@@ -36,6 +38,8 @@ WINDOW = 128  # the service's default pool (pool_slots): chunks in flight
 PAIR_C = r"""
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +47,20 @@ PAIR_C = r"""
 #include <time.h>
 #include <unistd.h>
 #define B 64
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 static double now(void) {
   struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 int main(int c, char **v) {
-  long n = atol(v[1]); int size = atoi(v[2]);
+  long n = atol(v[1]); int size = atoi(v[2]), seg = atoi(v[3]);  /* seg > 1: segmented */
   int r = socket(AF_INET, SOCK_DGRAM, 0), s = socket(AF_INET, SOCK_DGRAM, 0);
   int big = 1 << 24; setsockopt(r, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+  int one = 1; if (seg > 1) setsockopt(r, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
   struct sockaddr_in a = {0}; a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(0x7f000001);
   bind(r, (void*)&a, sizeof a); socklen_t l = sizeof a; getsockname(r, (void*)&a, &l);
   static char buf[B][65536]; struct mmsghdr m[B]; struct iovec io[B];
@@ -59,7 +70,16 @@ int main(int c, char **v) {
     m[i].msg_hdr.msg_name = &a; m[i].msg_hdr.msg_namelen = sizeof a; }
   long got = 0; double t0 = 0, last = 0;
   if (fork() == 0) {  /* the sender: as fast as the kernel takes them */
-    for (long k = 0; k < n + 4096; k += B) sendmmsg(s, m, B, 0);
+    if (seg > 1) {  /* `seg` datagrams a send, cut by the kernel */
+      char cb[CMSG_SPACE(sizeof(uint16_t))]; struct iovec io = {buf[0], (size_t)size * seg};
+      struct msghdr h = {0}; h.msg_name = &a; h.msg_namelen = sizeof a; h.msg_iov = &io;
+      h.msg_iovlen = 1; h.msg_control = cb; h.msg_controllen = sizeof cb;
+      struct cmsghdr *c = CMSG_FIRSTHDR(&h); c->cmsg_level = IPPROTO_UDP;
+      c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t g = size; memcpy(CMSG_DATA(c), &g, sizeof g);
+      for (long k = 0; k < n + 4096; k += seg) sendmsg(s, &h, 0);
+    } else
+      for (long k = 0; k < n + 4096; k += B) sendmmsg(s, m, B, 0);
     _exit(0);
   }
   struct mmsghdr q[B]; struct iovec qi[B]; memset(q, 0, sizeof q);
@@ -70,7 +90,8 @@ int main(int c, char **v) {
      whose sender outran the receiver (the kernel dropped some) is not counted */
   while (got < n) {
     int k = recvmmsg(r, q, B, 0, NULL); if (k <= 0) break;
-    last = now(); if (!got) t0 = last; got += k;
+    last = now(); if (!got) t0 = last;
+    for (int i = 0; i < k; i++) got += (q[i].msg_len + size - 1) / size;  /* datagrams */
   }
   printf("%ld %f\n", got, last - t0);
   return 0;
@@ -202,15 +223,16 @@ def run(mode: str, world: int, params: int, steps: int, tmp: Path, lanes: int = 
     return res
 
 
-def bare_pair(tmp: Path, size: int, n: int = 2_000_000) -> float:
-    """Packets a second a bare C sendmmsg/recvmmsg pair moves over loopback, `size` bytes."""
+def bare_pair(tmp: Path, size: int, n: int = 2_000_000, segments: int = 1) -> float:
+    """Packets a second a bare C pair moves over loopback, `size` bytes: sendmmsg/recvmmsg,
+    or (`segments` > 1) sends of that many datagrams and coalesced reads."""
     src, exe = tmp / "pair.c", tmp / "pair"
     if not exe.exists():
         src.write_text(PAIR_C)
         cc = os.environ.get("CC", "cc")
         subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True)
-    got, secs = subprocess.run([str(exe), str(n), str(size)], capture_output=True,
-                               text=True, check=True).stdout.split()  # fmt: skip
+    argv = [str(exe), str(n), str(size), str(segments)]
+    got, secs = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
     return int(got) / float(secs)
 
 
@@ -241,13 +263,20 @@ def main() -> None:
 
     wide = check_lanes(args.wide, "--wide")
     results["lanes"], results["wide_lanes"] = LANES, wide
+
+    def bare_pairs(when: str) -> None:  # plain and segmented, 32 values and wide
+        for lanes in (LANES, wide):
+            size = packet_bytes(lanes)
+            for kind, segments in (("c", 1), ("gso", min(64, 65000 // size))):
+                n = (2_000_000 if lanes == LANES else 200_000) * (4 if segments > 1 else 1)
+                rate = bare_pair(tmp, size, n, segments)
+                results.setdefault(f"bare_{kind}_packets_per_s_{lanes}", []).append(rate)
+                print(f"{when}: bare C pair, {'segmented' if segments > 1 else 'sendmmsg'}, "
+                      f"{size} B: {rate:,.0f} pkt/s", flush=True)  # fmt: skip
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for lanes in (LANES, wide):
-            rate = bare_pair(tmp, packet_bytes(lanes), 2_000_000 if lanes == LANES else 200_000)
-            results[f"bare_c_packets_per_s_{lanes}"] = rate
-            print(f"bare C sendmmsg/recvmmsg pair, {packet_bytes(lanes)} B: {rate:,.0f} pkt/s",
-                  flush=True)  # fmt: skip
+        bare_pairs("before")
         for params in (int(p) for p in args.params.split(",")):
             for world in (int(w) for w in args.ranks.split(",")):
                 # (mode, values a packet): gloo; the C path at the switch's size and wide,
@@ -273,6 +302,7 @@ def main() -> None:
                     print(f"{row['params']:>10,} params, {world} ranks, {key:>10}: "
                           f"{r['step_s']:.4f} s/step", flush=True)  # fmt: skip
                 results["runs"].append(row)
+        bare_pairs("after")
     results["load_at_end"] = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "training.json").write_text(json.dumps(results, indent=1))
@@ -282,11 +312,17 @@ def main() -> None:
 
 def table(results: dict) -> None:
     lanes, wide = results["lanes"], results["wide_lanes"]
-    bare, bare_w = (results[f"bare_c_packets_per_s_{k}"] for k in (lanes, wide))
+
+    def mean(key: str) -> float:  # before and after the runs
+        v = results[key]
+        return sum(v) / len(v) if isinstance(v, list) else float(v)
+
+    bare, bare_w = (mean(f"bare_c_packets_per_s_{k}") for k in (lanes, wide))
+    seg, seg_w = (mean(f"bare_gso_packets_per_s_{k}") for k in (lanes, wide))
     print(f"\n| parameters | ranks | gloo s/step | hook, {lanes} values / gloo | hook, {wide} "
           f"values s/step | / gloo | no overlap / gloo | Python, {lanes} / gloo | PS pkt/s, "
-          f"{lanes} (of bare C) | PS pkt/s, {wide} (of bare C) | all-reduce hidden |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+          f"{lanes} (of bare C: sendmmsg, segmented) | PS pkt/s, {wide} (same) | "
+          "all-reduce hidden |\n|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in results["runs"]:
         g, n32 = r["gloo_step_s"], r[f"native{lanes}_step_s"]
         n, s = r[f"native{wide}_step_s"], r[f"sync{wide}_step_s"]
@@ -295,8 +331,9 @@ def table(results: dict) -> None:
         hidden = min(1.0, max(0.0, (s - n) / comm))
         rate, rate_w = r.get(f"native{lanes}_ps_pkt_s", 0.0), r.get(f"native{wide}_ps_pkt_s", 0.0)
         print(f"| {r['params']:,} | {r['ranks']} | {g:.4f} | {n32 / g:.1f}x | {n:.4f} | "
-              f"{n / g:.1f}x | {s / g:.1f}x | {py} | {rate:,.0f} ({rate / bare:.2f}) | "
-              f"{rate_w:,.0f} ({rate_w / bare_w:.2f}) | {hidden:.0%} |")  # fmt: skip
+              f"{n / g:.1f}x | {s / g:.1f}x | {py} | {rate:,.0f} ({rate / bare:.2f}, "
+              f"{rate / seg:.2f}) | {rate_w:,.0f} ({rate_w / bare_w:.2f}, {rate_w / seg_w:.2f}) "
+              f"| {hidden:.0%} |")  # fmt: skip
 
 
 def plot(results: dict, path: Path) -> None:

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,6 +36,21 @@
 #define F_JOIN 0x10
 #define F_END 0x20
 #define MAX_WORKERS 32
+/* Segmentation offload (Linux 4.18+ sends, 5.0+ receives): a batch of equal datagrams to
+ * one address goes down the stack as one (UDP_SEGMENT) and, on a socket that asks
+ * (UDP_GRO), comes up as one, the kernel cutting or the receiver splitting it at the same
+ * boundaries: the same datagrams on the wire, a fraction of the per-packet work
+ * (docs/benchmarks/training.md). A software switch reading a veth with a packet socket
+ * (bmv2) would see the batch as one frame, so `gso` 2 sends it only to 127.0.0.0/8. */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#define GSO_SEGMENTS 64    /* UDP_MAX_SEGMENTS before Linux 6.x */
+#define GSO_BYTES 65000    /* within an IPv4 datagram's 65,507 */
+#define GRO_BYTES 65536    /* the most a coalesced datagram carries */
 /* The loops over a packet's values, built twice: for AVX2 (byte swaps and conversions
  * 8 lanes at once) and for any x86-64; the loader picks by the CPU it runs on (a 1M-value
  * bucket's all-reduce about 20 -> 14 ms, docs/benchmarks/training.md). The same
@@ -69,6 +85,82 @@ static uint8_t *batch(batch_t *b, size_t size) {
         b->buf = p; b->size = size;
     }
     return b->buf;
+}
+
+static int gso_refused;  /* the kernel refused UDP_SEGMENT once: plain datagrams from then */
+static int64_t gso_sends, gro_reads;  /* segmented sends made, coalesced messages read */
+
+/* (segmented sends, coalesced messages read, 1 if segmentation was refused) so far. */
+void agg_gso_stats(int64_t *out) {
+    out[0] = __atomic_load_n(&gso_sends, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&gro_reads, __ATOMIC_RELAXED);
+    out[2] = gso_refused;
+}
+
+/* Datagrams of `packet` bytes to `ip` (network order) one segmented send may carry:
+ * `mode` 0 never (1), 1 always, 2 only to loopback addresses. */
+static int gso_segments(int mode, uint32_t ip, size_t packet) {
+    if (gso_refused || mode <= 0 || (mode == 2 && (ntohl(ip) >> 24) != 127)) return 1;
+    size_t n = GSO_BYTES / packet;
+    return n > GSO_SEGMENTS ? GSO_SEGMENTS : n < 2 ? 1 : (int)n;
+}
+
+static void set_gro(int fd, int on) { setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on); }
+
+/* The size of the datagrams a received message holds (several where they were
+ * coalesced: UDP_GRO's control message), or its length. */
+static size_t segment_size(const struct msghdr *m, size_t len) {
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR((struct msghdr *)m, cm))
+        if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == UDP_GRO) {
+            int g;
+            memcpy(&g, CMSG_DATA(cm), sizeof g);
+            if (g > 0 && (size_t)g < len) {
+                __atomic_fetch_add(&gro_reads, 1, __ATOMIC_RELAXED);
+                return (size_t)g;
+            }
+        }
+    return len ? len : 1;
+}
+
+/* Send `ns` messages, each datagram `per` iovecs. Where the kernel refuses a segmented
+ * one (EINVAL or EIO: no UDP segmentation on that route or device; EMSGSIZE: a datagram
+ * larger than the route's MTU, which only unsegmented sends may fragment), segmentation is off
+ * for the process from then on and the rest go datagram by datagram. Returns 0, or -1
+ * with errno. */
+static int send_all(int fd, struct mmsghdr *m, int ns, int per) {
+    for (int off = 0; off < ns;) {
+        int k = sendmmsg(fd, m + off, (unsigned)(ns - off), 0);
+        if (k >= 0) { off += k; continue; }
+        if (errno == EINTR || errno == EAGAIN || errno == ENOBUFS) continue;
+        if (!((errno == EINVAL || errno == EIO || errno == EMSGSIZE)
+              && m[off].msg_hdr.msg_controllen))
+            return -1;
+        gso_refused = 1;
+        for (; off < ns; off++) {
+            struct msghdr one = m[off].msg_hdr;
+            one.msg_control = NULL; one.msg_controllen = 0; one.msg_iovlen = (size_t)per;
+            for (size_t j = 0; j < m[off].msg_hdr.msg_iovlen; j += (size_t)per) {
+                one.msg_iov = m[off].msg_hdr.msg_iov + j;
+                while (sendmsg(fd, &one, 0) < 0)
+                    if (errno != EINTR && errno != EAGAIN && errno != ENOBUFS) return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* `m` carrying `n` datagrams of `size` bytes as one segmented send (`cbuf` holds its
+ * control message), or as a plain one when `n` is 1. */
+static void segmented(struct msghdr *m, int n, size_t size, uint8_t *cbuf) {
+    if (n < 2) { m->msg_control = NULL; m->msg_controllen = 0; return; }
+    __atomic_fetch_add(&gso_sends, 1, __ATOMIC_RELAXED);
+    m->msg_control = cbuf;
+    m->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(m);
+    cm->cmsg_level = IPPROTO_UDP; cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t g = (uint16_t)size;
+    memcpy(CMSG_DATA(cm), &g, sizeof g);
 }
 
 static double now_s(void) {
@@ -229,6 +321,7 @@ typedef struct {
     double deadline_s;     /* < 0: none */
     int64_t max_retries;
     int32_t flight;        /* chunks past the oldest unacknowledged one: <= window */
+    int32_t gso;           /* segmented sends: 0 never, 1 always, 2 to loopback only */
 } worker_cfg;
 
 typedef struct {
@@ -257,10 +350,11 @@ static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *
     int64_t *missing = malloc(sizeof(int64_t) * ((size_t)chunks + 1));
     static __thread batch_t sb, rb;
     const int L = cfg->lanes;
-    const size_t packet = HEADER + 4 * (size_t)L, rsize = packet + 64;
+    const size_t packet = HEADER + 4 * (size_t)L, rsize = GRO_BYTES + 64;
     uint8_t *sbase = batch(&sb, packet), *rbase = batch(&rb, rsize);
     struct mmsghdr smsg[BATCH], rmsg[BATCH];
     struct iovec siov[BATCH], riov[BATCH];
+    uint8_t scbuf[BATCH][CMSG_SPACE(sizeof(uint16_t))], rcbuf[BATCH][64];
     struct sockaddr_in to = {0};
     int rc = 0;
     const double start = now_s();
@@ -282,6 +376,7 @@ static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *
     }
     header_t h = {cfg->job, 0, cfg->worker, cfg->fan_in, 0, 0, 1u << cfg->worker, 0, cfg->run};
     int64_t low = 0, nxt = 0;
+    set_gro(cfg->fd, 1);  /* off again at the end: the Python code reads datagrams one by one */
     out->fail = 0;
     while (low < chunks) {
         int ns = 0;
@@ -314,13 +409,16 @@ static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *
             sent_at[c] = t;
             out->retrans++; ns++;
         }
-        for (int off = 0; off < ns;) {
-            int k = sendmmsg(cfg->fd, smsg + off, (unsigned)(ns - off), 0);
-            if (k < 0) {
-                if (errno == EINTR || errno == EAGAIN || errno == ENOBUFS) continue;
-                out->fail = 3; out->fail_errno = errno; rc = -1; goto done;
-            }
-            off += k;
+        const int seg = gso_segments(cfg->gso, cfg->target_ip, packet);
+        int nm = 0;
+        for (int i = 0; i < ns; i += seg, nm++) {  /* consecutive datagrams, one send each */
+            int n = ns - i < seg ? ns - i : seg;
+            smsg[nm].msg_hdr.msg_iov = &siov[i];
+            smsg[nm].msg_hdr.msg_iovlen = (size_t)n;
+            segmented(&smsg[nm].msg_hdr, n, packet, scbuf[nm]);
+        }
+        if (send_all(cfg->fd, smsg, nm, 1) < 0) {
+            out->fail = 3; out->fail_errno = errno; rc = -1; goto done;
         }
         out->packets += ns;
         /* wait for acknowledgements until the oldest in-flight chunk's timer fires */
@@ -334,37 +432,46 @@ static int worker_exchange(const worker_cfg *cfg, int64_t first, const codec_t *
         int pr = poll(&pfd, 1, ms);
         if (pr < 0 && errno != EINTR) { out->fail = 3; out->fail_errno = errno; rc = -1; goto done; }
         if (pr <= 0) continue;
+        for (int i = 0; i < BATCH; i++) {
+            rmsg[i].msg_hdr.msg_control = rcbuf[i];
+            rmsg[i].msg_hdr.msg_controllen = sizeof rcbuf[i];
+        }
         int got = recvmmsg(cfg->fd, rmsg, BATCH, MSG_DONTWAIT, NULL);
         if (got < 0) {
             if (errno == EAGAIN || errno == EINTR) continue;
             out->fail = 3; out->fail_errno = errno; rc = -1; goto done;
         }
         for (int i = 0; i < got; i++) {
-            const uint8_t *r = rbase + i * rsize;
-            if (rmsg[i].msg_len < PACKET) continue;
-            header_t a;
-            decode_header(r, &a);
-            if (!(a.flags & F_ACK) || a.job != cfg->job) continue;
-            if ((a.flags & F_JOIN) && a.run != cfg->run) {
-                out->fail = 2; out->reset_run = a.run; rc = -1; goto done;
+            const size_t seg = segment_size(&rmsg[i].msg_hdr, rmsg[i].msg_len);
+            for (size_t off = 0; off < rmsg[i].msg_len; off += seg) {  /* each datagram */
+                const uint8_t *r = rbase + i * rsize + off;
+                const size_t len = rmsg[i].msg_len - off < seg ? rmsg[i].msg_len - off : seg;
+                if (len < PACKET) continue;
+                header_t a;
+                decode_header(r, &a);
+                if (!(a.flags & F_ACK) || a.job != cfg->job) continue;
+                if ((a.flags & F_JOIN) && a.run != cfg->run) {
+                    out->fail = 2; out->reset_run = a.run; rc = -1; goto done;
+                }
+                if (a.flags & F_JOIN || a.run != cfg->run) continue;
+                int64_t c = (int64_t)(((uint64_t)a.seq - (uint64_t)first) & 0xFFFFFFFFULL);
+                if (c >= chunks || acked[c]) continue;
+                if (a.contributors != everyone) { missing[c] = a.contributors; continue; }
+                if (len != packet) continue;  /* a sum of other chunks than ours */
+                acked[c] = 1;
+                get_sums(k, c, r + HEADER, L);
+                if (sent_at[c] >= 0 && tries[c] == 0) {  /* Karn: first transmissions only */
+                    double rtt = now_s() - sent_at[c];
+                    out->srtt = out->srtt < 0 ? rtt : 0.875 * out->srtt + 0.125 * rtt;
+                }
+                sent_at[c] = -1.0;
+                out->queue_counts[a.queue]++;
+                while (low < chunks && acked[low]) low++;
             }
-            if (a.flags & F_JOIN || a.run != cfg->run) continue;
-            int64_t c = (int64_t)(((uint64_t)a.seq - (uint64_t)first) & 0xFFFFFFFFULL);
-            if (c >= chunks || acked[c]) continue;
-            if (a.contributors != everyone) { missing[c] = a.contributors; continue; }
-            if (rmsg[i].msg_len != packet) continue;  /* a sum of other chunks than ours */
-            acked[c] = 1;
-            get_sums(k, c, r + HEADER, L);
-            if (sent_at[c] >= 0 && tries[c] == 0) {  /* Karn: first transmissions only */
-                double rtt = now_s() - sent_at[c];
-                out->srtt = out->srtt < 0 ? rtt : 0.875 * out->srtt + 0.125 * rtt;
-            }
-            sent_at[c] = -1.0;
-            out->queue_counts[a.queue]++;
-            while (low < chunks && acked[low]) low++;
         }
     }
 done:
+    set_gro(cfg->fd, 0);
     out->seconds = now_s() - start;
     free(acked); free(sent_at); free(born); free(tries); free(missing);
     return rc;
@@ -447,10 +554,16 @@ typedef struct {
     uint8_t *sbuf;             /* BATCH payloads of `lanes` values */
     int ns, np;
     int64_t other_sizes;       /* packets with another number of values: dropped */
+    int gso;                   /* as worker_cfg's */
+    /* what ps_flush sends: each worker's packets of one size, segmented where allowed */
+    struct mmsghdr gmsg[BATCH];
+    struct iovec giov[2 * BATCH];
+    uint8_t gcbuf[BATCH][CMSG_SPACE(sizeof(uint16_t))];
 } ps_t;
 
 void agg_ps_free(ps_t *ps) {
     if (!ps) return;
+    set_gro(ps->fd, 0);
     free(ps->idx); free(ps->bitmap); free(ps->complete); free(ps->end); free(ps->queue);
     free(ps->ce); free(ps->acc); free(ps->sbuf); free(ps);
 }
@@ -494,8 +607,12 @@ ps_t *agg_ps_new(int fd, uint16_t job, int workers, const uint32_t *ips, const u
         ps->smsg[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
     ps->step_start = now_s();
+    ps->gso = 2;
+    set_gro(fd, 1);  /* only the C loop reads this socket while it serves */
     return ps;
 }
+
+void agg_ps_set_gso(ps_t *ps, int mode) { ps->gso = mode; }
 
 uint32_t agg_ps_run(const ps_t *ps) { return ps->run; }
 int64_t agg_ps_other_sizes(const ps_t *ps) { return ps->other_sizes; }
@@ -508,15 +625,39 @@ void agg_ps_set_workers(ps_t *ps, const uint32_t *ips, const uint16_t *ports) {
     }
 }
 
+/* The batch's packets, each worker's in their order, consecutive ones of one size as one
+ * segmented send where `gso` allows. */
 static void ps_flush(ps_t *ps) {
-    for (int off = 0; off < ps->ns;) {
-        int k = sendmmsg(ps->fd, ps->smsg + off, (unsigned)(ps->ns - off), 0);
-        if (k < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == ENOBUFS) continue;
-            break;  /* as sendto's errors are for the Python server: the sender retransmits */
+    int nm = 0, nv = 0;
+    for (int w = 0; w < ps->workers; w++) {
+        int n = 0, limit = 1;
+        size_t size = 0;
+        for (int i = 0; i <= ps->ns; i++) {
+            size_t len = 0;
+            if (i < ps->ns) {
+                if (ps->smsg[i].msg_hdr.msg_name != &ps->addrs[w]) continue;
+                len = HEADER + ps->siov[i][1].iov_len;
+            }
+            if (n && (i == ps->ns || len != size || n == limit)) {  /* close the message */
+                ps->gmsg[nm].msg_hdr.msg_iovlen = 2 * (size_t)n;
+                segmented(&ps->gmsg[nm].msg_hdr, n, size, ps->gcbuf[nm]);
+                nm++; n = 0;
+            }
+            if (i == ps->ns) break;
+            if (!n) {
+                struct msghdr *m = &ps->gmsg[nm].msg_hdr;
+                m->msg_name = &ps->addrs[w]; m->msg_namelen = sizeof ps->addrs[w];
+                m->msg_iov = &ps->giov[nv];
+                size = len;
+                limit = gso_segments(ps->gso, ps->addrs[w].sin_addr.s_addr, len);
+            }
+            ps->giov[nv++] = ps->siov[i][0];
+            ps->giov[nv++] = ps->siov[i][1];
+            n++;
         }
-        off += k;
     }
+    /* errors as sendto's are for the Python server: the sender retransmits */
+    send_all(ps->fd, ps->gmsg, nm, 2);
     ps->ns = ps->np = 0;
 }
 
@@ -599,7 +740,7 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
     static __thread batch_t rb;
     static __thread uint8_t cbuf[BATCH][64];
     const int L = ps->lanes;
-    const size_t packet = HEADER + 4 * (size_t)L, rsize = MAX_PACKET + 64;
+    const size_t packet = HEADER + 4 * (size_t)L, rsize = GRO_BYTES + 64;
     uint8_t *rbase = batch(&rb, rsize);  /* any size, to count the ones of another */
     if (!rbase) return -2;
     struct mmsghdr rmsg[BATCH];
@@ -628,91 +769,95 @@ int64_t agg_ps_poll(ps_t *ps, int timeout_ms, ps_stats *st, double *steps_out, i
             continue;
         }
         for (int i = 0; i < got; i++) {
-            const uint8_t *r = rbase + i * rsize;
-            if (rmsg[i].msg_len < PACKET) continue;
-            header_t p;
-            decode_header(r, &p);
-            if (p.job != ps->job || (p.flags & F_ACK)) continue;
             int ce = 0;
             for (struct cmsghdr *cm = CMSG_FIRSTHDR(&rmsg[i].msg_hdr); cm;
-                 cm = CMSG_NXTHDR(&rmsg[i].msg_hdr, cm))
-                if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && (CMSG_DATA(cm)[0] & 3) == 3)
-                    ce = 1;
-            if (p.flags & F_JOIN) {
-                int w = p.worker;
-                uint32_t nonce = p.seq;
-                if (w < ps->workers && nonce && ps->nonces[w] && ps->nonces[w] != nonce) {
-                    /* the job started again: a new run, nothing of the old one kept */
-                    ps->run = 1 + (uint32_t)(((uint64_t)ps->run + random32() % 0xFFFFFFFEu) % 0xFFFFFFFFu);
-                    st->runs++;
-                    memset(ps->nonces, 0, sizeof ps->nonces);
-                    ps_clear(ps);
-                }
-                if (w < ps->workers && nonce) ps->nonces[w] = nonce;
-                answer_join(ps, w);
-                continue;
-            }
-            if (p.run != ps->run) { st->other_runs++; answer_join(ps, p.worker); continue; }
-            if (rmsg[i].msg_len != packet) { ps->other_sizes++; continue; }
-            int64_t idx = ps->low + signed32((int64_t)p.seq - ps->first_seq - ps->low);
-            if (idx < 0) continue;
-            uint32_t mask = p.contributors & ps->all_mask;
-            int64_t s = idx % ps->retain;
-            if (idx < ps->low || (ps->idx[s] == idx && ps->complete[s])) {
-                if (ps->idx[s] == idx && ps->complete[s])  /* acknowledged again, with its sum */
-                    ack(ps, p.seq, mask, ps->acc + s * L, ps->all_mask, p.queue, ce);
-                continue;
-            }
-            if (idx - ps->low >= ps->retain) continue;  /* further ahead than any worker can be */
-            if (ps->idx[s] != idx) {  /* open it (a slot's older chunk is long complete) */
-                ps->idx[s] = idx; ps->bitmap[s] = 0; ps->complete[s] = 0; ps->end[s] = 0;
-                ps->queue[s] = 0; ps->ce[s] = 0;
-                memset(ps->acc + s * L, 0, sizeof(int64_t) * (size_t)L);
-            }
-            if (p.queue > ps->queue[s]) ps->queue[s] = p.queue;
-            ps->ce[s] |= (uint8_t)ce;
-            if ((ps->bitmap[s] & p.contributors) || (p.contributors & ~ps->all_mask)) {
-                st->duplicates++;
-                if (p.flags & F_RETRANSMIT) ack(ps, p.seq, mask, NULL, ps->bitmap[s], 0, 0);
-                continue;
-            }
-            if (p.flags & F_AGGREGATED) { st->aggregated++; st->step_aggregated++; }
-            else { st->raw++; st->step_raw++; }
-            if (p.flags & F_END) ps->end[s] = 1;
-            ps->bitmap[s] |= p.contributors;
-            int64_t *acc = ps->acc + s * L;
-            const uint32_t *v = (const uint32_t *)(r + HEADER);
-            add_values(acc, v, L);
-            if (ps->bitmap[s] != ps->all_mask) {
-                if (p.flags & F_RETRANSMIT) ack(ps, p.seq, mask, NULL, ps->bitmap[s], 0, 0);
-                continue;
-            }
-            int bad = overflowed(acc, L);
-            if (bad >= 0) {
-                overflow_out[0] = idx; overflow_out[1] = bad; overflow_out[2] = acc[bad];
-                ps_flush(ps);
-                return -1;
-            }
-            ps->complete[s] = 1;
-            while (ps->idx[ps->low % ps->retain] == ps->low && ps->complete[ps->low % ps->retain]) {
-                int64_t ls = ps->low % ps->retain;
-                if (ps->end[ls]) {
-                    ps->end[ls] = 0;
-                    double t = now_s();
-                    if (steps < max_steps) {
-                        steps_out[3 * steps] = (double)st->step_aggregated;
-                        steps_out[3 * steps + 1] = (double)st->step_raw;
-                        steps_out[3 * steps + 2] = t - ps->step_start;
+                   cm = CMSG_NXTHDR(&rmsg[i].msg_hdr, cm))
+                  if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && (CMSG_DATA(cm)[0] & 3) == 3)
+                      ce = 1;
+            const size_t seg = segment_size(&rmsg[i].msg_hdr, rmsg[i].msg_len);
+            for (size_t off = 0; off < rmsg[i].msg_len; off += seg) {  /* each datagram */
+                const uint8_t *r = rbase + i * rsize + off;
+                const size_t len = rmsg[i].msg_len - off < seg ? rmsg[i].msg_len - off : seg;
+                if (len < PACKET) continue;
+                header_t p;
+                decode_header(r, &p);
+                if (p.job != ps->job || (p.flags & F_ACK)) continue;
+                if (p.flags & F_JOIN) {
+                    int w = p.worker;
+                    uint32_t nonce = p.seq;
+                    if (w < ps->workers && nonce && ps->nonces[w] && ps->nonces[w] != nonce) {
+                        /* the job started again: a new run, nothing of the old one kept */
+                        ps->run = 1 + (uint32_t)(((uint64_t)ps->run + random32() % 0xFFFFFFFEu) % 0xFFFFFFFFu);
+                        st->runs++;
+                        memset(ps->nonces, 0, sizeof ps->nonces);
+                        ps_clear(ps);
                     }
-                    steps++;
-                    st->steps++;
-                    st->step_aggregated = st->step_raw = 0;
-                    ps->step_start = t;
+                    if (w < ps->workers && nonce) ps->nonces[w] = nonce;
+                    answer_join(ps, w);
+                    continue;
                 }
-                ps->low++;
+                if (p.run != ps->run) { st->other_runs++; answer_join(ps, p.worker); continue; }
+                if (len != packet) { ps->other_sizes++; continue; }
+                int64_t idx = ps->low + signed32((int64_t)p.seq - ps->first_seq - ps->low);
+                if (idx < 0) continue;
+                uint32_t mask = p.contributors & ps->all_mask;
+                int64_t s = idx % ps->retain;
+                if (idx < ps->low || (ps->idx[s] == idx && ps->complete[s])) {
+                    if (ps->idx[s] == idx && ps->complete[s])  /* acknowledged again, with its sum */
+                        ack(ps, p.seq, mask, ps->acc + s * L, ps->all_mask, p.queue, ce);
+                    continue;
+                }
+                if (idx - ps->low >= ps->retain) continue;  /* further ahead than any worker can be */
+                if (ps->idx[s] != idx) {  /* open it (a slot's older chunk is long complete) */
+                    ps->idx[s] = idx; ps->bitmap[s] = 0; ps->complete[s] = 0; ps->end[s] = 0;
+                    ps->queue[s] = 0; ps->ce[s] = 0;
+                    memset(ps->acc + s * L, 0, sizeof(int64_t) * (size_t)L);
+                }
+                if (p.queue > ps->queue[s]) ps->queue[s] = p.queue;
+                ps->ce[s] |= (uint8_t)ce;
+                if ((ps->bitmap[s] & p.contributors) || (p.contributors & ~ps->all_mask)) {
+                    st->duplicates++;
+                    if (p.flags & F_RETRANSMIT) ack(ps, p.seq, mask, NULL, ps->bitmap[s], 0, 0);
+                    continue;
+                }
+                if (p.flags & F_AGGREGATED) { st->aggregated++; st->step_aggregated++; }
+                else { st->raw++; st->step_raw++; }
+                if (p.flags & F_END) ps->end[s] = 1;
+                ps->bitmap[s] |= p.contributors;
+                int64_t *acc = ps->acc + s * L;
+                const uint32_t *v = (const uint32_t *)(r + HEADER);
+                add_values(acc, v, L);
+                if (ps->bitmap[s] != ps->all_mask) {
+                    if (p.flags & F_RETRANSMIT) ack(ps, p.seq, mask, NULL, ps->bitmap[s], 0, 0);
+                    continue;
+                }
+                int bad = overflowed(acc, L);
+                if (bad >= 0) {
+                    overflow_out[0] = idx; overflow_out[1] = bad; overflow_out[2] = acc[bad];
+                    ps_flush(ps);
+                    return -1;
+                }
+                ps->complete[s] = 1;
+                while (ps->idx[ps->low % ps->retain] == ps->low && ps->complete[ps->low % ps->retain]) {
+                    int64_t ls = ps->low % ps->retain;
+                    if (ps->end[ls]) {
+                        ps->end[ls] = 0;
+                        double t = now_s();
+                        if (steps < max_steps) {
+                            steps_out[3 * steps] = (double)st->step_aggregated;
+                            steps_out[3 * steps + 1] = (double)st->step_raw;
+                            steps_out[3 * steps + 2] = t - ps->step_start;
+                        }
+                        steps++;
+                        st->steps++;
+                        st->step_aggregated = st->step_raw = 0;
+                        ps->step_start = t;
+                    }
+                    ps->low++;
+                }
+                ack(ps, p.seq, ps->all_mask, acc, ps->all_mask, ps->queue[s], ps->ce[s]);
+                st->chunks++;
             }
-            ack(ps, p.seq, ps->all_mask, acc, ps->all_mask, ps->queue[s], ps->ce[s]);
-            st->chunks++;
         }
         if (steps >= max_steps) { ps_flush(ps); return steps; }
     }

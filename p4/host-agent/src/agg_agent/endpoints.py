@@ -411,6 +411,7 @@ class Worker:
         seconds: float, out: native.WorkerOut,
     ) -> WorkerStats:  # fmt: skip
         """The C loop's outcome: its failure raised as the Python loop's, or its stats."""
+        native.gso_stats()  # says so, once, if the kernel refused segmented sends
         if out.srtt >= 0:  # measured in C from first transmissions, as Python's loop does
             self.srtt = out.srtt
         if out.fail == 1:

@@ -6,6 +6,13 @@ the source or, where that is not writable, `~/.cache/agg-agent`, one build per s
 flags; called through ctypes. Where no compiler is found or the build fails, `reason()` says
 why and the endpoints use their Python code (the readable reference). `AGG_DATAPATH`
 chooses: `auto` (the default: C where it builds), `native` (C or an error), `python`.
+
+The C path sends a batch of equal datagrams to one address as one segmented send
+(UDP_SEGMENT) and reads coalesced ones (UDP_GRO): the same datagrams on the wire, far less
+work a packet in the kernel. `AGG_GSO` chooses where: `auto` (the default: to loopback
+addresses only, since a software switch that reads a veth with a packet socket, as bmv2
+does, would take a segmented batch for one frame), `on` (every address: for hosts whose
+NICs or kernels segment, which is any Linux from 4.18 on real interfaces), `off`.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ class WorkerCfg(ctypes.Structure):
         ("deadline_s", ctypes.c_double),
         ("max_retries", ctypes.c_int64),
         ("flight", ctypes.c_int32),
+        ("gso", ctypes.c_int32),
     ]
 
 
@@ -171,6 +179,8 @@ def _lib() -> ctypes.CDLL | str:
         ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_int32,
     ]  # fmt: skip
     lib.agg_ps_free.argtypes = [ctypes.c_void_p]
+    lib.agg_ps_set_gso.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.agg_gso_stats.argtypes = [ctypes.c_void_p]
     lib.agg_ps_set_workers.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.agg_ps_run.restype = ctypes.c_uint32
     lib.agg_ps_run.argtypes = [ctypes.c_void_p]
@@ -206,6 +216,33 @@ def choose(requested: str | None = None) -> str:
     return "python"
 
 
+GSO_MODES = {"off": 0, "on": 1, "auto": 2}
+
+
+def gso_mode() -> int:
+    """`AGG_GSO` as the C code takes it: 0 off, 1 on, 2 to loopback addresses only."""
+    want = (os.environ.get("AGG_GSO") or "auto").lower()
+    if want not in GSO_MODES:
+        raise ValueError(f"AGG_GSO: 'auto', 'on' or 'off', got {want!r}")
+    return GSO_MODES[want]
+
+
+def gso_stats() -> tuple[int, int, bool]:
+    """This process's segmented sends, coalesced messages read, and whether the kernel
+    refused segmentation (then every datagram goes alone, as with `AGG_GSO=off`)."""
+    out = (ctypes.c_int64 * 3)()
+    _ready().agg_gso_stats(out)
+    refused = bool(out[2])
+    if refused and not _said_refused:
+        _said_refused.append(True)
+        log.warning("the kernel refused UDP segmentation (no support on this route, or a "
+                    "packet over its MTU): sending datagram by datagram from now on")  # fmt: skip
+    return out[0], out[1], refused
+
+
+_said_refused: list[bool] = []
+
+
 @functools.lru_cache(maxsize=256)
 def _ip_port(addr: tuple[str, int]) -> tuple[int, int]:
     """An address in network order, resolved once (not on every exchange)."""
@@ -218,7 +255,7 @@ def _cfg(w: Worker) -> tuple[WorkerCfg, WorkerOut]:
     cfg = WorkerCfg(
         w.sock.fileno(), ip, port, w.job_id, w.worker_id, w.fixed.workers, w.window,
         w.run_id or 0, w.lanes, w.timeout, -1.0 if w.deadline_s is None else w.deadline_s,
-        w.max_retries, w.flight,
+        w.max_retries, w.flight, gso_mode(),
     )  # fmt: skip
     out = WorkerOut()
     out.srtt = -1.0 if w.srtt is None else w.srtt
@@ -299,6 +336,7 @@ def serve(
     )  # fmt: skip
     if not handle:
         raise MemoryError(f"the C parameter server: no memory for {retain} chunks of {ps.lanes}")
+    lib.agg_ps_set_gso(handle, gso_mode())
     st = PsStats(runs=ps.runs)
     steps = np.zeros(3 * STEPS_A_POLL, np.float64)
     overflow = np.zeros(3, np.int64)
@@ -314,6 +352,7 @@ def serve(
                 overflow.ctypes.data,
             )  # fmt: skip
             ps.run_id, ps.runs, ps.other_runs = lib.agg_ps_run(handle), st.runs, st.other_runs
+            gso_stats()
             if lib.agg_ps_other_sizes(handle) > ps.other_sizes:
                 if not ps.other_sizes:
                     log.warning(
