@@ -7,7 +7,7 @@ GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),g
 RUN := $(UV) run --frozen
 
 .PHONY: all sync lint test demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
-	bench-training bench-lanes \
+	bench-training bench-lanes bench-family \
 	compose-check gui-screenshot atomix
 
 all: test
@@ -60,6 +60,11 @@ bench-service: sync influxdb $(HEY)
 # machine's packet limit (docs/benchmarks/training.md).
 bench-training: sync
 	$(RUN) python p4/host-agent/benchmarks/train_loopback.py --out docs/benchmarks
+
+# AGG against its family and the MILP on 40 instances no test generates
+# (docs/benchmarks/family.md).
+bench-family: sync
+	$(RUN) python optimizer-service/benchmarks/family_bench.py --out docs/benchmarks
 
 # What 64 and 128 values a packet cost bmv2 against 32 (root, bmv2 and p4c-bm2-ss)
 bench-lanes: sync

@@ -364,6 +364,8 @@ def test_what_if_predicts_every_strategy(client: TestClient) -> None:
     agg, ps = w["strategies"]["agg"], w["strategies"]["ps"]
     assert agg["predicted_cct_s"] <= ps["predicted_cct_s"] + 1e-12
     assert ps["aggregators"] == []
+    # the network bound beside them: below every strategy's prediction, above zero
+    assert 0 < w["floor_cct_s"] <= min(s["predicted_cct_s"] for s in w["strategies"].values())
 
 
 def test_topology_metrics_and_openapi(client: TestClient) -> None:

@@ -125,7 +125,13 @@ def comparison_table(results: dict[str, Placement], n_jobs: int) -> Table:
 
     ps = results["ps"].mean_predicted_cct_s if "ps" in results else 0.0
     table = Table(title=f"{n_jobs} jobs: predicted CCT by strategy")
-    for col in ("strategy", "mean CCT (s)", "vs PS", "objective (s)", "aggregators", "time (ms)"):
+    floor = next((p.mean_floor_cct_s for p in results.values() if p.mean_floor_cct_s), None)
+    if floor:
+        table.caption = (f"floor (no placement's mean is lower, network.floor_cct): "
+                         f"{floor:.3f} s")  # fmt: skip
+    cols = ("strategy", "mean CCT (s)", "vs PS", "vs floor", "objective (s)", "aggregators",
+            "time (ms)")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for name, p in sorted(results.items(), key=lambda kv: kv[1].mean_predicted_cct_s):
         n_aggs = sum(len(j.aggregators) for j in p.jobs)
@@ -133,6 +139,7 @@ def comparison_table(results: dict[str, Placement], n_jobs: int) -> Table:
             name,
             f"{p.mean_predicted_cct_s:.3f}",
             f"{(p.mean_predicted_cct_s / ps - 1) * 100:+.1f}%" if ps else "n/a",
+            f"{(p.mean_predicted_cct_s / floor - 1) * 100:+.1f}%" if floor else "n/a",
             f"{p.objective_s:.3f}",
             str(n_aggs),
             f"{p.stats.total_s * 1000:.1f}",

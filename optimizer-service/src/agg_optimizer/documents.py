@@ -174,6 +174,12 @@ class JobPlacement(_Doc):
         "unsummed streams (`network.evaluate`). A lower bound of the shared figure.",
     )
     surrogate_s: float = Field(description="The objective term: sum of per-link stream times.")
+    floor_cct_s: float | None = Field(
+        None,
+        description="The network bound: the job's slowest worker uplink or its PS's downlink "
+        "carrying one stream, as if the fabric between were infinite and summed for free "
+        "(`network.floor_cct`). No placement's predicted CCT for the job is lower.",
+    )
 
 
 class SolverStats(_Doc):
@@ -185,6 +191,11 @@ class SolverStats(_Doc):
     total_s: float = 0.0
     iterations: int = 0
     reroutes: int = Field(0, description="Re-routing rounds AGG kept (engine.REROUTE_ROUNDS)")
+    family_choice: str | None = Field(
+        None,
+        description="Which of AGG's family AGG returned (agg, agg-own, agg-mm, greedy-rr): "
+        "the lowest weighted predicted CCT, on instances of up to engine.FAMILY_MAX_JOBS jobs",
+    )
     objective: float | None = None
     max_integrality_gap: float = 0.0
     columns: int = 0
@@ -196,6 +207,9 @@ class Placement(_Doc):
     jobs: list[JobPlacement]
     objective_s: float = Field(description="Weighted sum of the jobs' surrogate costs.")
     mean_predicted_cct_s: float
+    mean_floor_cct_s: float | None = Field(
+        None, description="The jobs' mean `floor_cct_s`: what no placement's mean beats."
+    )
     cct_model: Literal["shared", "isolated"] = Field(
         "isolated",
         description="What `predicted_cct_s` means: `shared` (every job of the placement "

@@ -12,7 +12,7 @@ from . import agg, baselines, bottleneck, exact
 from .context import SHARED_ROUTING_MAX_JOBS, Context
 from .documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
 from .forest_placement import job_placements
-from .network import JobTree, Network, evaluate
+from .network import JobTree, Network, evaluate, floor_cct
 from .pools import PoolAllocator
 from .validation import check_instance
 
@@ -25,6 +25,11 @@ REROUTE_ROUNDS = 4
 # trajectory: one greedy per round; on a k=16 fat-tree with 32 jobs it made AGG's solve
 # 6x slower, 0.8 -> 4.8 s, which the service's loop should not pay).
 STEER_MAX_JOBS = 16
+# Up to this many jobs AGG also computes its family (agg-own, agg-mm, greedy-rr: each
+# cheap, each sometimes better: docs/benchmarks/family.md) and returns the member whose
+# placement reports the lowest weighted predicted CCT. Above it, AGG alone (the family
+# would multiply the service loop's solve time).
+FAMILY_MAX_JOBS = 16
 
 
 def _judge(ctx: Context, aggs: Decision) -> tuple[float, dict[str, tuple[str, str, int]]]:
@@ -103,9 +108,10 @@ def _rerouted(
     return run
 
 
-def _reported(ctx: Context, aggs: Decision) -> float:
-    """The jobs' weighted predicted CCT as the placement document reports it (shared)."""
-    p = build_placement(ctx, "", ctx.int_trees, aggs, SolverStats())
+def _reported(ctx: Context, aggs: Decision, trees: dict[str, JobTree] | None = None) -> float:
+    """The jobs' weighted predicted CCT as the placement document reports it (shared), on
+    `trees` (default: ctx's INT trees)."""
+    p = build_placement(ctx, "", ctx.int_trees if trees is None else trees, aggs, SolverStats())
     weight = {j.id: j.weight for j in ctx.jobs}
     return sum(weight[jp.job_id] * jp.predicted_cct_s for jp in p.jobs)
 
@@ -121,8 +127,37 @@ def _heuristic(fn: Callable[[Context], Decision], int_aware: bool):
 # A strategy's trees are None where they are the context's own INT trees (`build_placement`
 # then describes large instances from the forest, without building a JobTree per job).
 Strategy = Callable[[Context], tuple[Decision, SolverStats, dict[str, JobTree] | None]]
+
+
+def _best_of_family(lead: Strategy, family: dict[str, Callable[[], Strategy]]) -> Strategy:
+    """`lead`, then (up to FAMILY_MAX_JOBS jobs) each member of `family` on the same
+    context: the placement whose document reports the lowest weighted predicted CCT, `lead`
+    on ties. Its stats say which member it is (`SolverStats.family_choice`)."""
+
+    def run(ctx: Context) -> tuple[Decision, SolverStats, dict[str, JobTree] | None]:
+        aggs, stats, trees = lead(ctx)
+        if len(ctx.jobs) > FAMILY_MAX_JOBS:
+            return aggs, stats, trees
+        best = (_reported(ctx, aggs, trees), aggs, stats, trees)
+        stats.family_choice = "agg"
+        for name, member in family.items():
+            a, s, t = member()(ctx)
+            score = _reported(ctx, a, t)
+            if score < best[0] * (1.0 - 1e-12):
+                s.family_choice = name
+                best = (score, a, s, t)
+        return best[1], best[2], best[3]
+
+    return run
+
+
 STRATEGIES: dict[str, Strategy] = {
-    "agg": _rerouted(lambda ctx: agg.place(ctx)[:2], steer=baselines.int_greedy),
+    # AGG: the LP with re-routing (around its own funnels and INT-greedy's), then the best
+    # of its family on small instances (`_best_of_family`).
+    "agg": _best_of_family(
+        _rerouted(lambda ctx: agg.place(ctx)[:2], steer=baselines.int_greedy),
+        {name: lambda name=name: STRATEGIES[name] for name in ("agg-own", "agg-mm", "greedy-rr")},
+    ),
     # AGG with the min-max objective first (bottleneck.py), the surrogate within it.
     "agg-mm": _rerouted(bottleneck.place, steer=baselines.int_greedy),
     # Ablation: AGG re-routing around its own funnels only (AGG before issue 16's item 3).
@@ -219,14 +254,26 @@ def build_placement(
             # Sharing never makes a job faster than alone (the guard absorbs float slack).
             jp.predicted_cct_s = max(shared[job.id] + latency, jp.predicted_cct_s)
     ccts = [jp.predicted_cct_s for jp in jobs]
+    floors = _floors(ctx, jobs)
     return Placement(
         strategy=name,
         jobs=jobs,
         objective_s=ctx.weighted_cost(trees, aggs) if ctx.instance.switching_penalty_s else total,
         mean_predicted_cct_s=sum(ccts) / len(ccts) if ccts else 0.0,
+        mean_floor_cct_s=sum(floors) / len(floors) if floors else None,
         cct_model="isolated" if shared is None else "shared",
         stats=stats,
     )
+
+
+def _floors(ctx: Context, jobs: list[JobPlacement]) -> list[float]:
+    """Each job's network bound (`network.floor_cct`), into its placement too."""
+    by_id = {job.id: job for job in ctx.jobs}
+    out = []
+    for jp in jobs:
+        jp.floor_cct_s = floor_cct(ctx.net, by_id[jp.job_id])
+        out.append(jp.floor_cct_s)
+    return out
 
 
 def _placement_from_forest(
@@ -245,11 +292,13 @@ def _placement_from_forest(
     for jp in jobs:
         jp.predicted_cct_isolated_s = jp.predicted_cct_s
     ccts = [jp.predicted_cct_s for jp in jobs]
+    floors = _floors(ctx, jobs)
     return Placement(
         strategy=name,
         jobs=jobs,
         objective_s=total,
         mean_predicted_cct_s=sum(ccts) / len(ccts) if ccts else 0.0,
+        mean_floor_cct_s=sum(floors) / len(floors) if floors else None,
         cct_model="isolated",
         stats=stats,
     )

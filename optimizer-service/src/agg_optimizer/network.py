@@ -656,6 +656,18 @@ def evaluate(tree: JobTree, aggs: set[str]) -> TreeCost:
     return TreeCost(streams=streams, surrogate=total, bottleneck=bottleneck, cct=cct)
 
 
+def floor_cct(net: Network, job: Job) -> float:
+    """The job's network bound under this model: its slowest worker uplink or its PS's
+    downlink, each carrying one stream, as if the fabric between were infinite and summed
+    for free (the bound `evaluate` in the simulator calls "floor"). Every worker sends its
+    whole update over its own uplink and the PS receives at least one whole sum over its
+    downlink, on every route and placement: no predicted CCT of the job (`evaluate`'s,
+    isolated or shared) is lower; they add the path latency on top."""
+    bits = 8.0 * job.update_bytes
+    up = max(bits / net.resid[(w, net.attach[w])] for w in job.workers)
+    return max(up, bits / net.resid[(net.attach[job.ps], job.ps)])
+
+
 def cct_of(
     net: Network, job: Job, worker_paths: Mapping[str, list[str]], aggs: set[str]
 ) -> float | None:

@@ -1016,6 +1016,7 @@ class Service:
         inst = self._instance(view, jobs)
         inst = inst.model_copy(update={"current": {}, "switching_penalty_s": 0.0})
         out = {}
+        floor = None
         for strat in STRATEGIES:
             p = solve(inst, strat)
             jp = next((x for x in p.jobs if x.job_id == job_id), None)
@@ -1025,7 +1026,9 @@ class Service:
                 "predicted_cct_s": jp.predicted_cct_s,
                 "aggregators": [a.switch for a in jp.aggregators],
             }
-        return {"job_id": job_id, "strategies": out, "telemetry": _tel_note(view)}
+            floor = jp.floor_cct_s
+        return {"job_id": job_id, "strategies": out, "floor_cct_s": floor,
+                "telemetry": _tel_note(view)}  # fmt: skip
 
     # --- reconcile ------------------------------------------------------------------------
 
