@@ -18,8 +18,12 @@ all: test
 # (the demo's fabric) and the placement's routing search for large fabrics
 # (`agg_optimizer.shortest_paths`: its kernel in C, built by cc for this CPU, and numba's for
 # where there is no compiler). Each checks its cache first: a second `make sync` takes seconds.
+# The installed packages' bytecode is compiled here too: where PYTHONDONTWRITEBYTECODE is set
+# (this machine's environment sets it), Python never writes .pyc files, and every process
+# that imports torch compiled it from source again (`import torch` 8.9 s, 3.9 s with
+# the bytecode; the tests start dozens of such processes). About 40 s once, 1 s after.
 sync: $(UV)
-	$(UV) sync --frozen
+	$(UV) sync --frozen --compile-bytecode
 	$(RUN) int-collector compile
 	$(RUN) python -m agg_optimizer.sim.fairshare
 	$(RUN) python -m agg_optimizer.shortest_paths
