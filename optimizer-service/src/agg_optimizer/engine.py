@@ -12,7 +12,7 @@ from . import agg, baselines, bottleneck, exact
 from .context import SHARED_ROUTING_MAX_JOBS, Context
 from .documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
 from .forest_placement import job_placements
-from .network import JobTree, Network, evaluate, floor_cct
+from .network import JobTree, Network, evaluate, floor_ccts
 from .pools import PoolAllocator
 from .validation import check_instance
 
@@ -269,10 +269,9 @@ def build_placement(
 def _floors(ctx: Context, jobs: list[JobPlacement]) -> list[float]:
     """Each job's network bound (`network.floor_cct`), into its placement too."""
     by_id = {job.id: job for job in ctx.jobs}
-    out = []
-    for jp in jobs:
-        jp.floor_cct_s = floor_cct(ctx.net, by_id[jp.job_id])
-        out.append(jp.floor_cct_s)
+    out = floor_ccts(ctx.net, [by_id[jp.job_id] for jp in jobs])
+    for jp, floor in zip(jobs, out, strict=True):
+        jp.floor_cct_s = floor
     return out
 
 

@@ -663,9 +663,21 @@ def floor_cct(net: Network, job: Job) -> float:
     whole update over its own uplink and the PS receives at least one whole sum over its
     downlink, on every route and placement: no predicted CCT of the job (`evaluate`'s,
     isolated or shared) is lower; they add the path latency on top."""
-    bits = 8.0 * job.update_bytes
-    up = max(bits / net.resid[(w, net.attach[w])] for w in job.workers)
-    return max(up, bits / net.resid[(net.attach[job.ps], job.ps)])
+    return floor_ccts(net, [job])[0]
+
+
+def floor_ccts(net: Network, jobs: Sequence[Job]) -> list[float]:
+    """`floor_cct` of every job, the host links read in two array lookups
+    (`Network.host_values`): 10,000 jobs at k=64 took 0.83 s of CPU one by one."""
+    up = net.host_values("resid", [w for j in jobs for w in j.workers], up=True)
+    down = net.host_values("resid", [j.ps for j in jobs], up=False)
+    out, k = [], 0
+    for i, job in enumerate(jobs):
+        n = len(job.workers)
+        # max over links of bits / r is bits / min r (division keeps the order)
+        out.append(8.0 * job.update_bytes / min(float(up[k : k + n].min()), float(down[i])))
+        k += n
+    return out
 
 
 def cct_of(
