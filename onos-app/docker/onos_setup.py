@@ -2,9 +2,12 @@
 """One-shot set-up of ONOS for docker-compose.yml (docs/deploy.md); the onos-setup image's
 entrypoint.
 
-    onos-setup install OAR [--reinstall]
+    onos-setup install OAR [--reinstall] [--probe PATH]
         wait for ONOS, activate the apps the .oar requires, install and activate the .oar
-        (unless that version is already active), wait until ONOS says ACTIVE
+        (unless that version is already active: then nothing is touched), wait until every
+        node says ACTIVE and, with --probe, until PATH (the app's REST, from the root)
+        answers JSON on every node. Another version is replaced: uninstalled, its removal
+        waited for on every node, the new one uploaded and activated.
     onos-setup null-fabric SHAPE
         ONOS's null providers simulate a fabric, e.g. spineleaf,2,3,2 (spines, leaves,
         hosts per leaf); wait until its devices, links and hosts are all known
@@ -12,7 +15,8 @@ entrypoint.
         push the netcfg files p4mn writes for its bmv2 switches (DIR/bmv2-*-netcfg.json),
         with their P4Runtime address pointing at HOST instead of localhost
 
-Environment: ONOS_URL (default http://onos:8181/onos/v1), ONOS_USER, ONOS_PASSWORD
+Environment: ONOS_URL (default http://onos:8181/onos/v1; a cluster's nodes separated by commas,
+the first one is written to, every one is checked), ONOS_USER, ONOS_PASSWORD
 (onos/rocks), ONOS_WAIT_S (how long to wait for ONOS and its apps, 600), ONOS_POLL_S (3).
 Exit status 0 when done, 1 with one line saying what failed (compose shows it, and services
 that depend on this one with `service_completed_successfully` do not start).
@@ -115,6 +119,19 @@ class Onos:
     def state(self, name: str) -> str | None:
         return (self.app(name) or {}).get("state")
 
+    def serves(self, url: str) -> bool:
+        """`url` answers JSON (any status): the app's resource is there; Jetty's own 404
+        while the app's web context is absent is HTML."""
+        req = urllib.request.Request(url, headers={"Authorization": self.auth})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                ctype = r.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as e:
+            ctype = e.headers.get("Content-Type", "")
+        except (urllib.error.URLError, OSError):
+            return False
+        return ctype.startswith("application/json")
+
     def up(self) -> None:
         # REST answers once Karaf has started the web bundles, well before the apps are.
         # A 401 may be transient while Karaf starts, so it is only reported on giving up.
@@ -159,43 +176,74 @@ def onos_version(version: str) -> str:
     return ".".join(re.split(r"[.-]", version, maxsplit=3))
 
 
-def install(onos: Onos, oar: Path, reinstall: bool) -> str:
+def install(
+    onos: Onos,
+    oar: Path,
+    reinstall: bool,
+    nodes: list[Onos] | None = None,
+    probe: str | None = None,
+) -> str:
+    """Idempotent: a second run with the same .oar touches nothing (a `docker compose up`
+    again, `compose start` of a service depending on the one-shot). `nodes`: every node of
+    a cluster, `onos` among them, each checked at the end."""
     name, version, required = oar_metadata(oar)
+    want = onos_version(version)
+    nodes = nodes or [onos]
     onos.up()
     for req in required:
         onos.activate(req)
     current = onos.app(name)
-    if current is not None:
-        same = current.get("version") == onos_version(version)
-        if same and not reinstall and current.get("state") == "ACTIVE":
-            return f"{name} {version} already active"
-        if same and not reinstall:
-            onos.ok("POST", f"/applications/{name}/active")
-        else:
-            onos.ok("DELETE", f"/applications/{name}")
-            current = None
+    replaced = ""
+    if current is not None and (reinstall or current.get("version") != want):
+        # ONOS 2.7 cannot install over an installed app ("Application ... already
+        # installed"): the old one goes first, everywhere, and its archive with it. A DELETE
+        # returns once the store has dropped the app; each node removes the archive from its
+        # disk afterwards, in its own time, and an upload meanwhile is refused (409).
+        replaced = f" (replacing {current.get('version')})"
+        onos.ok("DELETE", f"/applications/{name}")
+        for n in nodes:
+            n.wait(f"{name} to be uninstalled at {n.url}", lambda n=n: n.app(name) is None)
+        current = None
     if current is None:
-        upload(onos, name, oar.read_bytes())
+        upload(onos, name, oar.read_bytes(), want)
+    elif current.get("state") == "ACTIVE":
+        verify(nodes, name, want, probe)
+        return f"{name} {version} already active"
     if onos.state(name) != "ACTIVE":
         onos.ok("POST", f"/applications/{name}/active")
-    onos.wait(f"{name} to be ACTIVE", lambda: onos.state(name) == "ACTIVE")
-    return f"{name} {version} installed and active"
+    verify(nodes, name, want, probe)
+    return f"{name} {version} installed and active{replaced}"
 
 
-def upload(onos: Onos, name: str, data: bytes) -> None:
+def verify(nodes: list[Onos], name: str, version: str, probe: str | None) -> None:
+    """Every node reports the app ACTIVE at `version` and, with `probe`, serves its REST."""
+    for n in nodes:
+        n.wait(f"{name} {version} to be ACTIVE at {n.url}",
+               lambda n=n: (n.app(name) or {}).get("state") == "ACTIVE"
+               and (n.app(name) or {}).get("version") == version)  # fmt: skip
+        if probe is not None:
+            root = n.url.rsplit("/onos/", 1)[0]
+            n.wait(f"{probe} to answer at {root}", lambda n=n, root=root: n.serves(root + probe))
+
+
+def upload(onos: Onos, name: str, data: bytes, version: str) -> None:
     """Install the .oar once. A starting ONOS answered 503 ("Service
     org.onosproject.codec.CodecService not found") to an upload it had carried out: the
     app was installed, and the retry got 409 "already installed"; another time 404 while
     its REST context restarted. So after a 503 or 404 the app is looked up before the
-    upload is tried again, and a 409 counts as installed."""
+    upload is tried again. A 409 is "installed" only when ONOS then knows the app at this
+    version; otherwise it is the archive of an app just removed, not yet deleted from the
+    node's disk, and the upload is tried again (counting a 409 as done after a DELETE is
+    what left a cluster without the app: the activation then got 404 "Application is not
+    found" until the installer gave up)."""
     ctype = "application/octet-stream"
 
     def done() -> bool:
         status, doc = onos.call("POST", "/applications?activate=true", data, ctype)
-        if 200 <= status < 300 or status == 409:
+        if 200 <= status < 300:
             return True
-        if status in STARTING:
-            return onos.app(name) is not None
+        if status in (*STARTING, 409):
+            return (onos.app(name) or {}).get("version") == version
         detail = (doc or {}).get("message", "") if isinstance(doc, dict) else ""
         said = f"HTTP {status}" if status else "no answer"
         raise SetupError(
@@ -328,6 +376,11 @@ def parser() -> argparse.ArgumentParser:
     i = sub.add_parser("install", help="install and activate an ONOS app (.oar)")
     i.add_argument("oar", type=Path)
     i.add_argument("--reinstall", action="store_true", help="even if this version is active")
+    i.add_argument(
+        "--probe",
+        help="a path of the app's REST (from the root, e.g. "
+        "/onos/innet-agg/aggregation/probe) that must answer JSON on every node",
+    )
     n = sub.add_parser("null-fabric", help="simulated fabric from ONOS's null providers")
     n.add_argument("shape", help="e.g. spineleaf,2,3,2")
     c = sub.add_parser("netcfg", help="push p4mn's netcfg files to ONOS")
@@ -343,15 +396,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     env = os.environ
     try:
-        onos = Onos(
-            env.get("ONOS_URL", "http://onos:8181/onos/v1"),
-            env.get("ONOS_USER", "onos"),
-            env.get("ONOS_PASSWORD", "rocks"),
-            float(env.get("ONOS_WAIT_S", "600")),
-            float(env.get("ONOS_POLL_S", "3")),
-        )
+        urls = [u.strip() for u in env.get("ONOS_URL", "http://onos:8181/onos/v1").split(",")]
+        nodes = [
+            Onos(
+                u,
+                env.get("ONOS_USER", "onos"),
+                env.get("ONOS_PASSWORD", "rocks"),
+                float(env.get("ONOS_WAIT_S", "600")),
+                float(env.get("ONOS_POLL_S", "3")),
+            )
+            for u in urls
+            if u
+        ]
+        if not nodes:
+            raise SetupError("ONOS_URL names no node")
+        onos = nodes[0]
         if args.cmd == "install":
-            done = install(onos, args.oar, args.reinstall)
+            done = install(onos, args.oar, args.reinstall, nodes, args.probe)
         elif args.cmd == "null-fabric":
             done = null_fabric(onos, args.shape)
         else:

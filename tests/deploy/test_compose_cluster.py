@@ -70,7 +70,13 @@ def test_onos_nodes_name_themselves_and_the_atomix_nodes(cluster: dict[str, Any]
 def test_the_app_is_installed_once_every_node_is_ready(cluster: dict[str, Any]) -> None:
     svc = cluster["services"]["onos-cluster-app"]
     assert svc["command"] == cluster["services"]["onos-app"]["command"]
-    points_at(svc["environment"]["ONOS_URL"], cluster, "onos-1")
+    # written through onos-1; every node checked to serve the app's REST at the end
+    urls = svc["environment"]["ONOS_URL"].split(",")
+    assert len(urls) == len(ONOS)
+    for url, node in zip(urls, ONOS, strict=True):
+        points_at(url, cluster, node)
+        assert urlsplit(url).path == "/onos/v1"
+    assert "--probe" in svc["command"]
     assert {n: d["condition"] for n, d in svc["depends_on"].items()} == dict.fromkeys(
         ONOS, "service_healthy"
     )

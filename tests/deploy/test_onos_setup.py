@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -54,11 +55,26 @@ class StandIn:
     """ONOS's REST as far as onos_setup uses it; answers 503 for the first `starting` calls
     (Karaf still starting), checks basic auth like ONOS (401)."""
 
-    def __init__(self, starting: int = 0) -> None:
-        self.apps: dict[str, dict[str, Any]] = {
-            BMV2: {"name": BMV2, "version": "2.7.0", "state": "INSTALLED"},
-            setup.NULL_APP: {"name": setup.NULL_APP, "version": "2.7.0", "state": "INSTALLED"},
-        }
+    def __init__(self, starting: int = 0, cluster: StandIn | None = None) -> None:
+        # `cluster`: another node of the same cluster, whose application store this one
+        # shares (ONOS's is distributed); its disk, web context and log are its own.
+        self.apps: dict[str, dict[str, Any]] = (
+            cluster.apps
+            if cluster is not None
+            else {
+                BMV2: {"name": BMV2, "version": "2.7.0", "state": "INSTALLED"},
+                setup.NULL_APP: {"name": setup.NULL_APP, "version": "2.7.0", "state": "INSTALLED"},
+            }
+        )
+        # After a DELETE ONOS drops the app from its store at once and deletes its archive
+        # from the disk in its own time (DistributedApplicationStore's listener): meanwhile
+        # an upload is refused, 409 "already installed", as the archive is still there.
+        self.archive_lingers = 0
+        self.archive: set[str] = set()
+        # calls of the app's REST resource answered by Jetty (HTML 404) before the app's
+        # web context is up on this node, although the store says ACTIVE
+        self.web_late = 0
+        self.states_seen: list[str] = []  # the app's state at every call, for the tests
         self.starting = starting
         # uploads answered 503 as a starting ONOS 2.7 answered one: the first one after the
         # app was installed (the answer failed to encode), the others without doing anything
@@ -79,9 +95,12 @@ class StandIn:
 
         class Handler(BaseHTTPRequestHandler):
             def _reply(self, code: int, doc: Any = None) -> None:
-                body = json.dumps(doc).encode() if doc is not None else b""
+                page = isinstance(doc, str)  # Jetty's own HTML page
+                body = (
+                    doc.encode() if page else json.dumps(doc).encode() if doc is not None else b""
+                )
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/html" if page else "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -91,6 +110,7 @@ class StandIn:
                 body = self.rfile.read(n) if n else b""
                 u = urlsplit(self.path)
                 stand_in.log.append((method, self.path))
+                stand_in.states_seen.append(stand_in.apps.get(APP, {}).get("state", "absent"))
                 if stand_in.starting > 0:
                     stand_in.starting -= 1
                     return self._reply(503)
@@ -118,6 +138,11 @@ class StandIn:
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}/onos/v1"
 
     def route(self, method: str, path: str, query: dict, body: bytes, headers: Any) -> tuple:
+        if path.startswith("/onos/innet-agg/"):
+            if self.apps.get(APP, {}).get("state") != "ACTIVE" or self.web_late > 0:
+                self.web_late = max(0, self.web_late - 1)
+                return 404, "<html><body>Not Found</body></html>"  # Jetty's, not the app's
+            return 404, {"code": 404, "message": f"job: {path.rsplit('/', 1)[1]}"}
         p = path.removeprefix("/onos/v1")
         m = re.fullmatch(r"/applications/([\w.]+)(/active)?", p)
         if p == "/applications" and method == "GET":
@@ -126,18 +151,26 @@ class StandIn:
             self.codec_missing -= 1
             self.uploads.append(body)
             if APP not in self.apps:
-                self.apps[APP] = {"name": APP, "version": "x", "state": "INSTALLED"}
+                version = ET.fromstring(zipfile.ZipFile(io.BytesIO(body)).read("app.xml")).get(
+                    "version", ""
+                )
+                self.apps[APP] = {"name": APP, "version": setup.onos_version(version),
+                                  "state": "INSTALLED"}  # fmt: skip
             msg = "Service org.onosproject.codec.CodecService not found"
             return 503, {"code": 503, "message": msg}
         if p == "/applications" and method == "POST" and self.restarting > 0:
             self.restarting -= 1
             return 404, {"code": 404, "message": "Not Found"}
+        if p == "/applications" and method == "POST" and self.archive:
+            self.archive_lingers -= 1
+            if self.archive_lingers <= 0:
+                self.archive.clear()
         if p == "/applications" and method == "POST":
             assert headers.get("Content-Type") == "application/octet-stream"
             self.uploads.append(body)
             root = ET.fromstring(zipfile.ZipFile(io.BytesIO(body)).read("app.xml"))
             name, version = root.get("name"), root.get("version")
-            if name in self.apps:  # ONOS refuses to install an installed app
+            if name in self.apps or name in self.archive:  # ONOS refuses: see archive_lingers
                 return 409, {"code": 409, "message": f"Application {name} already installed"}
             active = query.get("activate") == ["true"]
             # as ONOS's Version: at most four fields split at . and -, joined by .
@@ -155,6 +188,8 @@ class StandIn:
             return 200, self.apps[m.group(1)]
         if m and method == "DELETE":
             self.apps.pop(m.group(1), None)
+            if self.archive_lingers > 0:
+                self.archive.add(m.group(1))
             return 204, None
         if p == setup.NULL_CONFIG and method == "POST":
             assert self.apps[setup.NULL_APP]["state"] == "ACTIVE"
@@ -272,11 +307,73 @@ def test_install_replaces_another_version(onos: StandIn, tmp_path: Path) -> None
     old.write_bytes(oar("0.1.0"))
     new.write_bytes(oar("0.2.0"))
     assert setup.main(["install", str(old)]) == 0
+    # As ONOS 2.7 does: the removed app's archive stays on the disk a little after the
+    # DELETE returned, and the uploads meanwhile get 409 "already installed". Counted as
+    # installed, the activation that followed got 404 "Application is not found" for the
+    # installer's 600 s, and a cluster was left without the app.
+    onos.archive_lingers = 3
     assert setup.main(["install", str(new)]) == 0
     assert onos.apps[APP] == {"name": APP, "version": "0.2.0", "state": "ACTIVE"}
     assert ("DELETE", f"/onos/v1/applications/{APP}") in onos.log
+    assert len(onos.uploads) == 2 + 2  # the first install, two refused, the accepted one
     assert setup.main(["install", "--reinstall", str(new)]) == 0
-    assert len(onos.uploads) == 3
+    assert len(onos.uploads) == 5
+
+
+def test_install_twice_on_a_cluster_never_deactivates(
+    onos: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster profile's one-shot against three nodes, run twice (a second `docker
+    compose up`, or `compose start` of an optimizer depending on it): the second run
+    neither deletes nor uploads, and the app is ACTIVE at every call of it; the first
+    waits for the app's REST on every node (node 3's web context comes late)."""
+    n2, n3 = StandIn(cluster=onos), StandIn(cluster=onos)
+    try:
+        n3.web_late = 3
+        monkeypatch.setenv("ONOS_URL", ",".join(n.url for n in (onos, n2, n3)))
+        f = tmp_path / "app.oar"
+        f.write_bytes(oar())
+        probe = "/onos/innet-agg/aggregation/onos-setup-probe"
+        assert setup.main(["install", str(f), "--probe", probe]) == 0
+        assert n3.web_late == 0 and ("GET", probe) in n2.log and ("GET", probe) in n3.log
+        assert not n2.uploads and not n3.uploads  # written through the first node only
+        for n in (onos, n2, n3):
+            n.log.clear()
+            n.states_seen.clear()
+        env = {"PATH": "/usr/bin:/bin", "ONOS_URL": os.environ["ONOS_URL"], "ONOS_POLL_S": "0.02"}
+        r = subprocess.run(  # as the image runs it
+            [sys.executable, str(SCRIPT), "install", str(f), "--probe", probe],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "already active" in r.stdout
+        assert len(onos.uploads) == 1
+        for n in (onos, n2, n3):
+            assert [m for m, _ in n.log if m != "GET"] == []
+            assert n.states_seen and set(n.states_seen) == {"ACTIVE"}
+    finally:
+        n2.close()
+        n3.close()
+
+
+def test_install_waits_for_the_removal_on_every_node(
+    onos: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n2 = StandIn(cluster=onos)
+    try:
+        monkeypatch.setenv("ONOS_URL", f"{onos.url},{n2.url}")
+        old, new = tmp_path / "old.oar", tmp_path / "new.oar"
+        old.write_bytes(oar("0.1.0"))
+        new.write_bytes(oar("0.2.0"))
+        assert setup.main(["install", str(old)]) == 0
+        onos.archive_lingers = 2
+        assert setup.main(["install", str(new), "--probe", "/onos/innet-agg/x"]) == 0
+        assert onos.apps[APP]["version"] == "0.2.0"
+        # node 2 was asked whether the old app was gone, then whether the new one is ACTIVE
+        gets = [path for m, path in n2.log if m == "GET"]
+        assert f"/onos/v1/applications/{APP}" in gets and "/onos/innet-agg/x" in gets
+    finally:
+        n2.close()
 
 
 def test_install_fails_in_one_line(

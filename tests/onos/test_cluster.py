@@ -414,3 +414,47 @@ def test_two_optimizers_claiming_ownership_on_two_nodes_never_both_win(
         again = {"owner": won, "holder": "host:9", "ttl_s": 60}
         assert nodes[1].request("POST", OWNER, data=json.dumps(again), headers=JSON).ok
         assert nodes[0].request("DELETE", f"{OWNER}?owner={won}").status_code == 204
+
+
+def _with_version(oar: Path, version: str, out: Path) -> Path:
+    """A copy of the .oar whose app.xml says another version (the bundle unchanged)."""
+    import zipfile
+
+    with zipfile.ZipFile(oar) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "app.xml":
+                data = data.replace(b'version="0.1.0-SNAPSHOT"', f'version="{version}"'.encode())
+                assert f'version="{version}"'.encode() in data
+            dst.writestr(item, data)
+    return out
+
+
+def test_the_compose_installer_twice_and_an_upgrade_leave_every_node_with_the_app(
+    onos_cluster: cluster.OnosCluster, tmp_path: Path
+) -> None:
+    """The cluster profile's one-shot (`onos-cluster-app`) run again, as a second `docker
+    compose up` or `compose start optimizer-1` does: before, it deleted the app from every
+    node and then failed after 600 s with 404 "Application is not found". Run twice it
+    touches nothing; an upgrade replaces the app and every node serves the new version;
+    the original is put back the same way. Last in the module: the upgrade restarts the
+    app on both nodes."""
+    from .test_app import AppWatch, run_installer
+
+    oar = sorted((REPO / "onos-app" / "target").glob("innet-agg-onos-*.oar"))[-1]
+    urls = [n.url for n in onos_cluster.nodes]
+    with AppWatch(onos_cluster.nodes) as watch:
+        for _ in range(2):
+            r = run_installer(oar, urls)
+            assert r.returncode == 0, r.stderr
+            assert "already active" in r.stdout, r.stdout
+    assert watch.seen == {"ACTIVE"}
+    newer = _with_version(oar, "0.1.1-SNAPSHOT", tmp_path / "newer.oar")
+    for target, version in ((newer, "0.1.1.SNAPSHOT"), (oar, "0.1.0.SNAPSHOT")):
+        r = run_installer(target, urls)
+        assert r.returncode == 0, r.stderr
+        assert "installed and active (replacing" in r.stdout, r.stdout
+        for n in onos_cluster.nodes:
+            app = n.get(f"/applications/{ONOS_APP}")
+            assert (app["state"], app["version"]) == ("ACTIVE", version)
+            probe_json(n, f"{RESOURCE}/absent", timeout_s=60)  # the installer waited for it
