@@ -384,6 +384,9 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Iterator[None]:  # type: ignore[misc]
         def lead() -> None:
+            # What ONOS holds is unknown until compared (it may have restarted empty while
+            # this service was away): no job reads `applied` until then.
+            svc.unverified("this instance started leading")
             try:
                 svc.reconcile()
             except Unavailable as e:
@@ -603,7 +606,7 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     def current(job_id: str) -> dict[str, Any]:
         def get() -> dict[str, Any]:
             svc.get_job(job_id)
-            cur = svc.store.current(job_id)
+            cur = svc.observed(svc.store.current(job_id))
             if cur is None:
                 raise NotFound(f"placement of job {job_id!r} (none computed yet)")
             return cur

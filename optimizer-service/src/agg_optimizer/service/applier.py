@@ -311,7 +311,10 @@ class Applier:
             for a in d["placement"]["aggregators"]
         ]
         if held is None:
-            return None  # the app is not installed: nothing to compare
+            # The app is gone (uninstalled, deactivated, ONOS restarted without it): the job
+            # is converged again and reads `intents-only` until the app is back.
+            gone = "the innet-agg app does not answer: no switch holds the aggregation"
+            return gone if want else None
         have = [
             (a["switch"], a["pool"]["base"], a["pool"]["size"])
             for jp in held.get("jobs", [])

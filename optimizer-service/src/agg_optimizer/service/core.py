@@ -32,6 +32,7 @@ from .onos import (
     OnosUnavailable,
     PriorityApi,
     intent_digest,
+    job_of_key,
 )
 from .ownership import Ownership
 from .scheduler import Scheduler, ScheduleState
@@ -142,6 +143,7 @@ class Service:
         self._decisions: queue.Queue[tuple] = queue.Queue(maxsize=1000)
         self._decision_thread: threading.Thread | None = None
         self._probe_thread: threading.Thread | None = None
+        self._check_cache: tuple[float, dict[str, Any] | None] | None = None
         self._probe_lock = threading.Lock()
         self._probe_state: dict[str, str] = {}
         self._probe_at = 0.0
@@ -253,11 +255,8 @@ class Service:
         with self._probe_lock:
             checks, at = dict(self._probe_state), self._probe_at
         age = time.monotonic() - at
-        if age > 2 * self.s.probe_period_s + self.s.onos_timeout_s:
-            return {
-                k: f"no answer from the probe for {age:.1f} s"
-                for k in ("onos", "influxdb", "database")
-            }
+        if age > 2 * self.s.probe_period_s + (1 + len(self.onos.nodes)) * self.s.onos_timeout_s:
+            return {k: f"no answer from the probe for {age:.1f} s" for k in checks}
         return checks
 
     def _probe_once(self) -> dict[str, str]:
@@ -267,6 +266,17 @@ class Service:
             out["onos"] = "ok"
         except (OnosUnavailable, OnosError) as e:
             out["onos"] = str(e)
+        if self.s.require_onos_app:
+            missing = self.onos.app_missing() if out["onos"] == "ok" else []
+            out["onos_app"] = (
+                "ok"
+                if out["onos"] == "ok" and not missing
+                else "ONOS does not answer"
+                if out["onos"] != "ok"
+                else f"the innet-agg app (org.innetagg.app) does not serve its REST on "
+                f"{', '.join(missing)}: not installed or not active there; placements would "
+                "be applied without aggregation"
+            )
         out["influxdb"] = "ok" if self.influx.ping() else f"InfluxDB at {self.s.influx_url} down"
         try:
             self.store.ping()
@@ -287,7 +297,19 @@ class Service:
                 state = self._probe_once()
                 with self._probe_lock:
                     was = self._probe_state.get("onos")
+                    app_was = self._probe_state.get("onos_app", "ok")
                     self._probe_state, self._probe_at = state, time.monotonic()
+                if was == "ok" and state["onos"] != "ok":
+                    # It may come back empty (restarted): no job reads `applied` until a
+                    # reconcile has seen ONOS hold it again.
+                    self.unverified(f"ONOS stopped answering ({state['onos']})")
+                if (
+                    state["onos"] == "ok"
+                    and state.get("onos_app", "ok") != "ok"
+                    and app_was == "ok"
+                ):
+                    log.warning("not ready: %s", state["onos_app"])
+                    self.unverified(state["onos_app"])
                 if was != "ok" and state["onos"] == "ok":
                     # ONOS is back (restarted, maybe without its state): the loop's pass
                     # reconciles now, not at its period's end; the scheduler pushes again
@@ -382,9 +404,49 @@ class Service:
         job = self.store.job(job_id)
         if job is None:
             raise NotFound(f"job {job_id!r}")
-        cur = self.store.current(job_id)
+        cur = self.observed(self.store.current(job_id))
         job["placement_status"] = cur["status"] if cur else "none"
+        if cur and cur["status"] == "repairing":
+            job["repairing"] = cur["repairing"]
         return job
+
+    # --- what ONOS was last seen to hold ------------------------------------------------
+
+    def observed(self, cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The job's current placement as the API reports it: a recorded `applied` or
+        `intents-only` reads `repairing` (with `recorded_status` and why) while the last
+        comparison with ONOS did not see it held (ONOS gone or restarted since, the app
+        absent, the job's repair failed), until a reconcile or a new apply sees it again."""
+        if cur is None or cur["status"] not in ("applied", "intents-only"):
+            return cur
+        check = self._fabric_check()
+        if check is None or cur["seq"] > check["seq"]:
+            return cur  # never compared, or converged (and seen) after the comparison
+        why = check["drift"].get(cur["job_id"]) if check["verified"] else check["reason"]
+        if why is None:
+            return cur
+        return {**cur, "status": "repairing", "recorded_status": cur["status"], "repairing": why}
+
+    def _fabric_check(self) -> dict[str, Any] | None:
+        """The store's record, read at most every 0.2 s (`GET /jobs` reads it per job);
+        this instance's own writes are seen at once, another replica's within that."""
+        now = time.monotonic()
+        hit = self._check_cache
+        if hit is None or now - hit[0] > 0.2:
+            hit = self._check_cache = (now, self.store.fabric_check())
+        return hit[1]
+
+    def _set_fabric_check(self, verified: bool, reason: str | None,
+                          drift: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.store.set_fabric_check(verified, reason, drift)
+        self._check_cache = None
+
+    def unverified(self, reason: str) -> None:
+        """From now until a reconcile succeeds, no placement recorded so far reads as held."""
+        try:
+            self._set_fabric_check(False, f"{reason}; not yet compared again")
+        except Exception as e:  # the database is down: readiness says so
+            log.warning("could not record that ONOS is unverified: %s", e)
 
     def set_strategy(self, job_id: str, strategy: str) -> dict[str, Any]:
         if strategy not in STRATEGIES:
@@ -1043,9 +1105,17 @@ class Service:
             try:
                 r = self.applier.reconcile(lambda jid: jid in self.sched.pushed)
             except (OnosUnavailable, Partial) as e:
+                self.unverified(f"the last reconcile failed: {e}")
                 raise Unavailable(f"reconcile: {e}") from None
             except OnosError as e:
+                self.unverified(f"the last reconcile failed: ONOS rejected a request: {e}")
                 raise Unavailable(f"reconcile: ONOS rejected a request: {e}") from None
+            drift = dict(r.errors)
+            for s in r.failed:
+                jid = job_of_key(s.key)
+                if jid is not None:
+                    drift.setdefault(jid, f"intent {s.key} is {s.state} in ONOS")
+            self._set_fabric_check(True, None, drift)
         self._count("reconciles")
         self.invariants.foreign(r.foreign)
         return {

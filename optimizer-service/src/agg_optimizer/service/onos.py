@@ -194,6 +194,26 @@ class OnosClient:
     def ping(self) -> None:
         self._get_json("/devices")
 
+    def app_missing(self) -> list[str]:
+        """The nodes on which the innet-agg app does not serve its REST (not installed, not
+        active, or its web context not up there): each node is asked, as a switch's
+        aggregation is written through whichever node answers. The app answers an unknown
+        job with 404 "job: no placement for ..."; any other answer (Jetty's or ONOS's own
+        404) means it is not there."""
+        out = []
+        for node in self.nodes:
+            root = node.rsplit("/onos/", 1)[0]
+            try:
+                r = self.session.request(
+                    "GET", f"{root}{AGGREGATION_PATH}/readyz-probe", timeout=self.timeout
+                )
+            except requests.RequestException as e:
+                out.append(f"{root} ({type(e).__name__})")
+                continue
+            if not (r.status_code == 404 and (_json_message(r) or "").startswith("job:")):
+                out.append(f"{root} (HTTP {r.status_code}, not the app's answer)")
+        return out
+
     # --- topology -------------------------------------------------------------------------
 
     def snapshot(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -59,6 +59,12 @@ class Settings(BaseSettings):
         "compute every one (benchmarks of the uncached path).",
     )
     probe_period_s: float = Field(1.0, gt=0, description="Background readiness probe period.")
+    require_onos_app: bool = Field(
+        True,
+        description="/readyz is not ready while the innet-agg ONOS app does not serve its REST "
+        "on every ONOS node (placements would be applied without aggregation); off for a "
+        "fabric that runs intents only.",
+    )
     http_head_timeout_s: float = Field(
         10.0,
         gt=0,

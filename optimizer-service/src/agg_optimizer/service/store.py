@@ -27,6 +27,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -572,6 +573,26 @@ class Store:
             return seq
 
         return self._write(fn)
+
+    # What the last comparison of ONOS with the records found (the leader writes it, every
+    # replica reads it): a job reads `applied` only while that holds (Service.observed).
+    def set_fabric_check(self, verified: bool, reason: str | None,
+                         drift: dict[str, str] | None = None) -> None:  # fmt: skip
+        """Record a comparison: `verified` (every job's intents and documents were seen in
+        ONOS, but those of `drift`), or not (`reason`). It covers the placements recorded
+        up to now (their highest `seq`); a later one was converged, and seen, after it."""
+        seq = self._run("SELECT COALESCE(MAX(seq), 0) FROM placements")[0][0]
+        doc = {"verified": verified, "reason": reason, "drift": drift or {}, "seq": int(seq),
+               "at": time.time()}  # fmt: skip
+        self._run(
+            "INSERT INTO meta VALUES ('fabric_check', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (json.dumps(doc),),
+        )
+
+    def fabric_check(self) -> dict[str, Any] | None:
+        rows = self._run("SELECT value FROM meta WHERE key = 'fabric_check'")
+        return json.loads(rows[0][0]) if rows else None
 
     def placements(self, job_id: str, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._run(
