@@ -289,3 +289,30 @@ def remove_stale_projects(log: Callable[[str], None] = print) -> list[str]:
         docker("compose", "-p", p["Name"], "down", "-v", "--remove-orphans", timeout=300)
         removed.append(p["Name"])
     return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`uv run python tests/deploy/standin_images.py [--cluster]`: build the stand-ins a
+    user of this machine needs before `docker compose up` (docs/deploy.md)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description="Build the local stand-in images (no registry).")
+    p.add_argument("--cluster", action="store_true", help="also postgres:15 (cluster profile)")
+    args = p.parse_args(argv)
+    why = missing_inputs()
+    if why:
+        print(f"standin-images: error: {why}", file=sys.stderr)
+        return 1
+    try:
+        build_all()
+        if args.cluster:
+            postgres()
+    except StandInError as e:
+        print(f"standin-images: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
