@@ -22,11 +22,16 @@ all: test
 # (this machine's environment sets it), Python never writes .pyc files, and every process
 # that imports torch compiled it from source again (`import torch` 8.9 s, 3.9 s with
 # the bytecode; the tests start dozens of such processes). About 40 s once, 1 s after.
+# SYNC_GROUPS: `make demo` passes --no-group train (no PyTorch, see pyproject.toml) and
+# --inexact (what `make test` installed stays).
+SYNC_GROUPS ?=
 sync: $(UV)
-	$(UV) sync --frozen --compile-bytecode
-	$(RUN) int-collector compile
-	$(RUN) python -m agg_optimizer.sim.fairshare
-	$(RUN) python -m agg_optimizer.shortest_paths
+	@echo "make sync: the workspace's packages from uv.lock into .venv, then numba's and cc's" \
+	  "compiled kernels into their caches (minutes the first time, seconds after)"
+	$(UV) sync --frozen --compile-bytecode $(SYNC_GROUPS)
+	$(RUN) $(SYNC_GROUPS) int-collector compile
+	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.sim.fairshare
+	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.shortest_paths
 
 $(HOME)/.local/bin/uv:
 	@echo "make: uv is not on PATH: installing it from PyPI into $(HOME)/.local/bin" \
@@ -44,8 +49,10 @@ test: lint influxdb onos onos-app-test atomix compose-check
 # loop re-placing jobs as congestion moves, on the simulated fabric; prints what happens and
 # ends with a table and a plot in demo-out/. InfluxDB is built once from the Go module proxy.
 DEMO_FLAGS ?=
-demo: sync influxdb
-	$(RUN) agg-optimizer demo $(DEMO_FLAGS)
+DEMO_GROUPS := --no-group train --inexact
+demo: influxdb
+	$(MAKE) --no-print-directory sync SYNC_GROUPS="$(DEMO_GROUPS)"
+	$(RUN) --no-group train agg-optimizer demo $(DEMO_FLAGS)
 
 # Build and solve time of AGG against the MILP oracle and networkx min-cost flow
 # (writes docs/benchmarks/solve.md and the plot; see docs/benchmarks.md).

@@ -151,6 +151,28 @@ def test_make_targets(target: str) -> None:
         assert real.returncode == 0, real.stderr
 
 
+def test_make_demo_installs_no_pytorch(tmp_path: Path) -> None:
+    """The demo's sync (its arguments read from `make -n demo`) into an empty environment
+    would install no torch and none of the nvidia-* wheels PyPI's torch brings; the default
+    sync, which `make test` runs, would."""
+    dry = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    groups = re.search(r'SYNC_GROUPS="([^"]*)"', dry.stdout)
+    assert groups and "--no-group train" in groups.group(1), dry.stdout
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(tmp_path / "venv")}
+    uv = os.environ.get("UV") or "uv"
+
+    def would_install(*extra: str) -> str:
+        r = subprocess.run([uv, "sync", "--frozen", "--dry-run", *extra], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stdout + r.stderr
+
+    demo = would_install(*shlex.split(groups.group(1)))
+    assert " + numpy" in demo and not re.search(r"^ \+ (torch|nvidia)", demo, re.M), demo
+    assert re.search(r"^ \+ torch==", would_install(), re.M)
+
+
 def test_the_cli_block(tmp_path: Path) -> None:
     r = _run(block_with("uv run agg-optimizer example"), cwd=tmp_path, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
