@@ -176,12 +176,13 @@ def test_make_demo_installs_no_pytorch(tmp_path: Path) -> None:
 def test_the_cli_block(tmp_path: Path) -> None:
     r = _run(block_with("uv run agg-optimizer example"), cwd=tmp_path, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
-    inst = json.loads((tmp_path / "instance.json").read_text())
+    out = tmp_path / "example-out"  # the block works in there: the clone stays clean
+    inst = json.loads((out / "instance.json").read_text())
     assert len(inst["jobs"]) == 20
-    placement = json.loads((tmp_path / "placement.json").read_text())
+    placement = json.loads((out / "placement.json").read_text())
     assert placement["strategy"] == "agg" and len(placement["jobs"]) == 20
     assert '"$schema"' in r.stdout or '"properties"' in r.stdout  # the schema was printed
-    assert any((tmp_path / "out").iterdir()), "evaluate wrote nothing"
+    assert any((out / "out").iterdir()), "evaluate wrote nothing"
 
 
 @pytest.fixture
