@@ -87,7 +87,7 @@ def test_a_restarted_service_reads_repairing_until_it_has_compared(
     with TestClient(app, headers={"Content-Type": "application/json"}) as c:
         cur = status(c)
         assert cur["status"] == "repairing", cur
-        assert "started leading" in cur["repairing"], cur
+        assert "reconcile failed" in cur["repairing"], cur
         fresh = restarted(onos)
         try:
             wait_for(lambda: c.get("/readyz").status_code == 200, 30, "ONOS seen again")

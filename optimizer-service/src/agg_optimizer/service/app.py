@@ -384,9 +384,8 @@ def create_app(settings: Settings, service: Service | None = None, *, loop: bool
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Iterator[None]:  # type: ignore[misc]
         def lead() -> None:
-            # What ONOS holds is unknown until compared (it may have restarted empty while
-            # this service was away): no job reads `applied` until then.
-            svc.unverified("this instance started leading")
+            # A reconcile that cannot run (ONOS down, the owner claim not yet ours) records
+            # that nothing is verified: no job reads `applied` until one has (Service.observed).
             try:
                 svc.reconcile()
             except Unavailable as e:

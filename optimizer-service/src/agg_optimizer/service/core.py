@@ -34,7 +34,7 @@ from .onos import (
     intent_digest,
     job_of_key,
 )
-from .ownership import Ownership
+from .ownership import NotOwner, Ownership
 from .scheduler import Scheduler, ScheduleState
 from .settings import Settings
 from .store import HOLDING, PENDING, Store
@@ -1099,7 +1099,11 @@ class Service:
         (`Applier.reconcile`): at start, every loop pass and on request. Pools two jobs'
         records share are repaired first: the later job is placed again around the
         other's."""
-        self.ownership.require()
+        try:
+            self.ownership.require()
+        except NotOwner as e:
+            self.unverified(f"the last reconcile failed: {e}")
+            raise
         moved = self._repair_overlaps()
         with self.apply_lock:
             try:
