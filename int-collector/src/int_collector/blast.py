@@ -16,7 +16,8 @@ import socket
 import time
 
 import numpy as np
-from numba import njit
+from llvmlite import binding as llvm
+from numba import njit, types
 
 from .generator import SyntheticFabric, _ring
 
@@ -29,11 +30,15 @@ LAST_ELAPSED_S = 0.0  # wall time of the last `send`, from its first datagram to
 FLOW_SRC = 8 + 12 + 12
 FLOW_SPORT = 8 + 12 + 20
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-sendmmsg = _libc.sendmmsg
-# Pointers as 64-bit integers: the same in the x86-64 and AArch64 calling conventions.
-sendmmsg.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_uint, ctypes.c_int)
-sendmmsg.restype = ctypes.c_int
+# libc's sendmmsg, called from compiled code by its symbol name (an external function is
+# resolved when the compiled code is loaded), not through a ctypes pointer: a function that
+# calls a ctypes pointer embeds its address, and numba cannot cache it (every start compiled
+# it again, for seconds, with a warning). Pointers as 64-bit integers: the same in the
+# x86-64 and AArch64 calling conventions.
+llvm.load_library_permanently(ctypes.util.find_library("c") or "libc.so.6")
+sendmmsg = types.ExternalFunction(
+    "sendmmsg", types.int32(types.int32, types.int64, types.uint32, types.int32)
+)
 
 
 @njit(cache=True)
@@ -124,7 +129,8 @@ def send(
     iov = np.zeros((256, 2), np.int64)
     sends = np.zeros(1, np.int64)
     dgram_rate = rate / per_datagram
-    # Compile before the clock starts (ctypes calls keep numba from caching it).
+    # Loaded from numba's cache (compiled by `int-collector compile`, or by the first run)
+    # before the clock starts.
     _send_round(np.zeros((1, SLOT), np.uint8), np.zeros(1, np.int64),
                 np.zeros((nsinks, 1), np.int64), np.zeros(nsinks, np.int64), pos, seqs, fds,
                 np.zeros(nsinks, np.int64), family == "v2", mm, iov, 0, sends)  # fmt: skip
@@ -187,3 +193,11 @@ def send(
         for sk in socks:
             sk.close()
     return taken * per_datagram
+
+
+def warm() -> None:
+    """Compile the sender into numba's cache (or load it): `int-collector compile`."""
+    _send_round(np.zeros((1, SLOT), np.uint8), np.zeros(1, np.int64), np.zeros((1, 1), np.int64),
+                np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                np.zeros(1, np.int32), np.zeros(1, np.int64), True, np.zeros((256, 8), np.int64),
+                np.zeros((256, 2), np.int64), 0, np.zeros(1, np.int64))  # fmt: skip

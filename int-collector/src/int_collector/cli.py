@@ -82,6 +82,9 @@ def compile() -> None:
     from . import fast
 
     fast.warm()
+    from . import blast
+
+    blast.warm()  # the generator's compiled sender (`generate --fast`)
     took = time.monotonic() - t
     typer.echo(f"receive path compiled, or loaded from numba's cache, in {took:.1f} s")
 
