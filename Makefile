@@ -6,7 +6,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(HOME)/.local/bin/uv)
 GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
 RUN := $(UV) run --frozen
 
-.PHONY: all sync lint test demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
+.PHONY: all sync lint test test-fast demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
 	bench-training bench-lanes bench-family \
 	compose-check gui-screenshot atomix
 
@@ -46,6 +46,11 @@ test: lint influxdb onos onos-app-test atomix compose-check
 	@echo "make test: pytest now; collection takes a minute, then a dot per test (the slowest" \
 	  "30 are listed at the end)"
 	$(RUN) pytest
+
+# The inner loop: lint and the tests that start no real part (tests/conftest.py marks the
+# others `real`); `make test` runs everything.
+test-fast: lint
+	$(RUN) pytest -m "not real and not slow" -q
 
 # The closed loop (docs/e2e.md): INT over UDP to the collector, InfluxDB, the service's control
 # loop re-placing jobs as congestion moves, on the simulated fabric; prints what happens and

@@ -14,6 +14,28 @@ import pytest
 from agg_optimizer.service import onosd
 from int_collector.influxd import InfluxServer, default_binary
 
+# `make test-fast`: the tests that start no real part (InfluxDB, PostgreSQL, ONOS, bmv2,
+# Docker, a training job), marked `real` otherwise (by the fixtures they use, or by their
+# module) and left out with `-m "not real"`.
+REAL_FIXTURES = frozenset(
+    {"influx", "bucket", "fresh_server", "onos_real", "real_onos_settings", "onos_service",
+     "onos_cluster", "pg", "hung_influx", "pair"}
+)  # fmt: skip
+REAL_MODULES = (
+    "onos/", "p4/test_bmv2", "p4/test_cc_bench", "e2e/", "deploy/test_stack",
+    "deploy/test_collector_image", "agent/test_torch_hook", "agent/test_ddp", "docs/",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        rel = item.path.resolve().relative_to(here).as_posix()
+        if REAL_FIXTURES.intersection(getattr(item, "fixturenames", ())) or rel.startswith(
+            REAL_MODULES
+        ):
+            item.add_marker(pytest.mark.real)
+
 
 def _server() -> InfluxServer:
     binary = default_binary()

@@ -253,7 +253,7 @@ def test_onos_app_image_ships_the_oar_maven_names_and_the_setup_tool(model: dict
     assert tool["sources"] == ["onos-app/docker/onos_setup.py"]
     assert final_cmd(df, "entrypoint")[-1] == tool["dest"]
     assert final_cmd(df, "cmd") == ["install", oar["dest"]]
-    assert model["services"]["onos-app"]["command"] == ["install", oar["dest"]]
+    assert model["services"]["onos-app"]["command"][:2] == ["install", oar["dest"]]
 
 
 def base_images_of(path: str) -> set[str]:
