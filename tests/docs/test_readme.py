@@ -182,7 +182,7 @@ def test_the_cli_block(tmp_path: Path) -> None:
     placement = json.loads((out / "placement.json").read_text())
     assert placement["strategy"] == "agg" and len(placement["jobs"]) == 20
     assert '"$schema"' in r.stdout or '"properties"' in r.stdout  # the schema was printed
-    assert any((out / "out").iterdir()), "evaluate wrote nothing"
+    assert any((out / "eval").iterdir()), "evaluate wrote nothing"
 
 
 @pytest.fixture

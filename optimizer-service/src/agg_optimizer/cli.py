@@ -68,6 +68,7 @@ def _write(text: str, out: Path | None) -> None:
     if out is None:
         sys.stdout.write(text + "\n")
     else:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
 
 
