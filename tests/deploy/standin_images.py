@@ -250,7 +250,15 @@ def missing_inputs() -> str | None:
 
 
 def missing_base() -> str | None:
-    """What this machine lacks to build the project's images (base images, frontend)."""
+    """What this machine lacks to build the project's images (BuildKit, base images,
+    frontend)."""
+    # The Dockerfiles' `RUN --mount` needs BuildKit, which this engine's client reaches
+    # through the buildx plugin: without it `docker build` falls back to the legacy builder
+    # and fails (seen in CI once the stand-in base images were present, no plugin on PATH).
+    r = docker("buildx", "version", timeout=30)
+    if r.returncode != 0:
+        said = (r.stderr or r.stdout).strip().splitlines()
+        return f"no `docker buildx` (BuildKit, for RUN --mount): {said[0] if said else ''}"
     if label(FRONTEND) is None:
         return (
             f"no {FRONTEND} image (the Dockerfiles' `# syntax` frontend; pulled, or built "
