@@ -217,10 +217,13 @@ def install(
 
 def verify(nodes: list[Onos], name: str, version: str, probe: str | None) -> None:
     """Every node reports the app ACTIVE at `version` and, with `probe`, serves its REST."""
+
+    def active(n: Onos) -> bool:
+        app = n.app(name) or {}
+        return app.get("state") == "ACTIVE" and app.get("version") == version
+
     for n in nodes:
-        n.wait(f"{name} {version} to be ACTIVE at {n.url}",
-               lambda n=n: (n.app(name) or {}).get("state") == "ACTIVE"
-               and (n.app(name) or {}).get("version") == version)  # fmt: skip
+        n.wait(f"{name} {version} to be ACTIVE at {n.url}", lambda n=n: active(n))
         if probe is not None:
             root = n.url.rsplit("/onos/", 1)[0]
             n.wait(f"{probe} to answer at {root}", lambda n=n, root=root: n.serves(root + probe))

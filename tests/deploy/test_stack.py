@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -303,8 +304,6 @@ class AppWatch:
     """The app's state in ONOS read every second while a block runs."""
 
     def __init__(self, stack: Stack) -> None:
-        import threading
-
         self.stack, self.seen = stack, set[str]()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -302,8 +303,6 @@ class AppWatch:
     (a deactivation or an uninstall in between shows up as something other than ACTIVE)."""
 
     def __init__(self, nodes: list[onosd.OnosServer]) -> None:
-        import threading
-
         self.nodes, self.seen = nodes, set[str]()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -131,9 +131,7 @@ def send(
     dgram_rate = rate / per_datagram
     # Loaded from numba's cache (compiled by `int-collector compile`, or by the first run)
     # before the clock starts.
-    _send_round(np.zeros((1, SLOT), np.uint8), np.zeros(1, np.int64),
-                np.zeros((nsinks, 1), np.int64), np.zeros(nsinks, np.int64), pos, seqs, fds,
-                np.zeros(nsinks, np.int64), family == "v2", mm, iov, 0, sends)  # fmt: skip
+    warm()
     start = time.perf_counter()
     cpu0 = time.process_time()
     next_epoch = start
@@ -196,7 +194,8 @@ def send(
 
 
 def warm() -> None:
-    """Compile the sender into numba's cache (or load it): `int-collector compile`."""
+    """Compile the sender into numba's cache (or load it), with the argument types `send`
+    gives it and nothing to send: `int-collector compile`, and `send` before its clock."""
     _send_round(np.zeros((1, SLOT), np.uint8), np.zeros(1, np.int64), np.zeros((1, 1), np.int64),
                 np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64),
                 np.zeros(1, np.int32), np.zeros(1, np.int64), True, np.zeros((256, 8), np.int64),

@@ -267,16 +267,17 @@ class Service:
         except (OnosUnavailable, OnosError) as e:
             out["onos"] = str(e)
         if self.s.require_onos_app:
-            missing = self.onos.app_missing() if out["onos"] == "ok" else []
-            out["onos_app"] = (
-                "ok"
-                if out["onos"] == "ok" and not missing
-                else "ONOS does not answer"
-                if out["onos"] != "ok"
-                else f"the innet-agg app (org.innetagg.app) does not serve its REST on "
-                f"{', '.join(missing)}: not installed or not active there; placements would "
-                "be applied without aggregation"
-            )
+            missing = self.onos.app_missing() if out["onos"] == "ok" else None
+            if missing is None:
+                out["onos_app"] = "ONOS does not answer"
+            elif missing:
+                out["onos_app"] = (
+                    f"the innet-agg app (org.innetagg.app) does not serve its REST on "
+                    f"{', '.join(missing)}: not installed or not active there; placements "
+                    "would be applied without aggregation"
+                )
+            else:
+                out["onos_app"] = "ok"
         out["influxdb"] = "ok" if self.influx.ping() else f"InfluxDB at {self.s.influx_url} down"
         try:
             self.store.ping()

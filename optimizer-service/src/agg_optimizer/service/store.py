@@ -27,7 +27,6 @@ import json
 import logging
 import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -582,8 +581,7 @@ class Store:
         ONOS, but those of `drift`), or not (`reason`). It covers the placements recorded
         up to now (their highest `seq`); a later one was converged, and seen, after it."""
         seq = self._run("SELECT COALESCE(MAX(seq), 0) FROM placements")[0][0]
-        doc = {"verified": verified, "reason": reason, "drift": drift or {}, "seq": int(seq),
-               "at": time.time()}  # fmt: skip
+        doc = {"verified": verified, "reason": reason, "drift": drift or {}, "seq": int(seq)}
         self._run(
             "INSERT INTO meta VALUES ('fabric_check', ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
