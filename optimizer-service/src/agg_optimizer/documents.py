@@ -196,6 +196,11 @@ class SolverStats(_Doc):
         description="Which of AGG's family AGG returned (agg, agg-own, agg-mm, greedy-rr): "
         "the lowest weighted predicted CCT, on instances of up to engine.FAMILY_MAX_JOBS jobs",
     )
+    polish_moves: int = Field(
+        0,
+        description="Moves of AGG's local search on the predicted CCT that AGG kept "
+        "(engine.POLISH, on instances of up to engine.FAMILY_MAX_JOBS jobs)",
+    )
     objective: float | None = None
     max_integrality_gap: float = 0.0
     columns: int = 0

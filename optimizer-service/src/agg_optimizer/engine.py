@@ -30,6 +30,9 @@ STEER_MAX_JOBS = 16
 # placement reports the lowest weighted predicted CCT. Above it, AGG alone (the family
 # would multiply the service loop's solve time).
 FAMILY_MAX_JOBS = 16
+# Up to FAMILY_MAX_JOBS jobs AGG's chosen placement is then improved by a local search on
+# the predicted CCT itself (`polish`); False turns it off (benchmarks measure before/after).
+POLISH = True
 
 
 def _judge(ctx: Context, aggs: Decision) -> tuple[float, dict[str, tuple[str, str, int]]]:
@@ -146,7 +149,14 @@ def _best_of_family(lead: Strategy, family: dict[str, Callable[[], Strategy]]) -
             if score < best[0] * (1.0 - 1e-12):
                 s.family_choice = name
                 best = (score, a, s, t)
-        return best[1], best[2], best[3]
+        _, aggs, stats, trees = best
+        if POLISH:  # up to FAMILY_MAX_JOBS jobs, within the shared model's EXACT_MAX_JOBS
+            from . import polish  # the simulator's core: only when placing
+
+            trees, aggs, stats.polish_moves = polish.polish(
+                ctx, trees if trees is not None else ctx.int_trees, aggs
+            )
+        return aggs, stats, trees
 
     return run
 

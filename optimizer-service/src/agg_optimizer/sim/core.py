@@ -43,9 +43,12 @@ class Flow:
 
 
 class Simulator:
-    def __init__(self, fabric: Fabric, n_classes: int = 2, *, compiled: bool = True) -> None:
+    def __init__(
+        self, fabric: Fabric, n_classes: int = 2, *, compiled: bool = True, width: int = 8
+    ) -> None:
         """`compiled=False`: fair shares without numba (`fairshare.fill_numpy`), for a caller
-        that solves a few times and should not pay numba's import and load."""
+        that solves a few times and should not pay numba's import and load. `width`: links
+        of the longest flow to come, when known (wider flows widen the tables as they come)."""
         self.fabric = fabric
         self._fill = fill if compiled else fill_numpy
         self.t = 0.0
@@ -56,8 +59,8 @@ class Simulator:
         self._alive = np.zeros(n, dtype=bool)
         self._flows: list[Flow | None] = [None] * n
         self._width = np.zeros(n, dtype=np.int64)
-        self._links = np.zeros((n, 8), dtype=np.int64)
-        self._mult = np.zeros((n, 8))
+        self._links = np.zeros((n, width), dtype=np.int64)
+        self._mult = np.zeros((n, width))
         self._cls = np.zeros(n, dtype=np.int64)
         self._prio = np.zeros(n, dtype=np.int64)
         self._free = list(range(n - 1, -1, -1))
