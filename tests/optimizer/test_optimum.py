@@ -99,12 +99,13 @@ def _brute_force(ctx: Context) -> float:
     return best
 
 
-@pytest.mark.parametrize(("seed", "agg_above"), [(3, 1.0), (8, 1.0), (13, 1.03)])
+@pytest.mark.parametrize(("seed", "agg_above"), [(3, 1.0), (13, 1.0), (2, 1.02)])
 def test_the_optimum_is_the_brute_forces(seed, agg_above):
     """On a leaf-spine with 2 spines, 3 leaves, one pool a switch (so the jobs compete for
     slots) and 2 jobs, the branch and bound ends proven at the brute force's minimum, at or
-    below AGG's (by 3% on seed 13, where AGG's local search stops short of it), and its
-    choice is a valid placement with that figure."""
+    below AGG's (by 2% on seed 2, where the optimum swaps the two jobs' spines: no single
+    move of AGG's local search gets there), and its choice is a valid placement with that
+    figure."""
     inst = _leaf_spine_instance(seed)
     ctx = Context(inst)
     start = _agg_choice(ctx)
