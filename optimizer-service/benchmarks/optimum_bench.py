@@ -9,7 +9,8 @@ Per instance: the jobs' weighted predicted CCT (what the placement document repo
 without its local search (`AGG_POLISH=0`, AGG as it was before `polish`), AGG, the MILP, the
 best of the baselines, the optimum (exact within the budget, else the best found and a lower
 bound) and the floor. The search's budget is counted in evaluations of the shared model, not
-seconds, so a busy machine changes how long it takes, not what it finds. Writes `optimum.json` and prints the table of docs/benchmarks/optimum.md.
+seconds, so a busy machine changes how long it takes, not what it finds. Writes
+`optimum.json` and prints the table of docs/benchmarks/optimum.md.
 """
 
 from __future__ import annotations

@@ -257,19 +257,55 @@ class Moves:
                 if u not in kept and len(kept) < cap and new.programmable[u] and new.inputs(u) >= 2:
                     yield from self._taking(job, choice, free, u, {job.id: (new, kept | {u})})
         for hub in tree.order:  # move a hub: all its switch children go to another switch
-            kids = tree.children[hub]
-            if tree.parent[hub] is None or not kids or tree.direct[hub]:
-                continue
-            for u in sorted(set.intersection(*(set(self.adj[c]) for c in kids))):
-                if u == hub or u in tree.parent or hops.get(u, 1 << 30) != hops[hub]:
-                    continue
-                new = self._tree(job, tree, dict.fromkeys(kids, u))
-                if new is None:
-                    continue
+            for u, new in self._hub_moves(job, tree, hub):
                 kept = frozenset(a for a in aggs if a in new.parent and new.inputs(a) >= 2)
                 yield {job.id: (new, kept)}
                 if hub in aggs and new.programmable[u] and new.inputs(u) >= 2:
-                    yield from self._taking(job, choice, free, u, {job.id: (new, kept | {u})})
+                    move = {job.id: (new, kept | {u})}
+                    yield from self._taking(job, choice, free, u, move)
+                    yield from self._swapping(job, choice, free, hub, u, move)
+
+    def _hub_moves(self, job: Job, tree: JobTree, hub: str) -> Iterator[tuple[str, JobTree]]:
+        """(u, the tree with every switch below `hub` sent to u) for each switch u that
+        neighbours them all, at the hub's distance from the PS and not in the tree."""
+        kids = tree.children[hub]
+        if tree.parent[hub] is None or not kids or tree.direct[hub]:
+            return
+        hops = self.hops(tree.root)
+        for u in sorted(set.intersection(*(set(self.adj[c]) for c in kids))):
+            if u == hub or u in tree.parent or hops.get(u, 1 << 30) != hops[hub]:
+                continue
+            new = self._tree(job, tree, dict.fromkeys(kids, u))
+            if new is not None:
+                yield u, new
+
+    def _swapping(
+        self,
+        job: Job,
+        choice: dict[str, Choice],
+        free: dict[str, int],
+        hub: str,
+        u: str,
+        move: dict[str, Choice],
+    ) -> Iterator[dict[str, Choice]]:
+        """`move` (the job's summing hub to u) with each other job whose summing hub is u
+        moving to the job's old hub: two jobs trading their spines, which neither move
+        alone improves where each would then share the other's."""
+        for other in self.ctx.jobs:
+            if other.id == job.id:
+                continue
+            t, a = choice[other.id]
+            if u not in a or hub in t.parent:
+                continue
+            # `free` leaves the job's own pools free: its hub pool is the other's to take
+            if free.get(hub, 0) < other.pool_slots or (
+                free.get(u, 0) + other.pool_slots < job.pool_slots
+            ):
+                continue
+            for x, new in self._hub_moves(other, t, u):
+                if x == hub and new.programmable[hub] and new.inputs(hub) >= 2:
+                    kept = frozenset(b for b in a if b in new.parent and new.inputs(b) >= 2)
+                    yield {**move, other.id: (new, kept | {hub})}
 
 
 def _subtree(tree: JobTree, v: str) -> set[str]:
