@@ -7,7 +7,7 @@ GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),g
 RUN := $(UV) run --frozen
 
 .PHONY: all sync lint test test-fast demo bench-solve bench-service clean influxdb bench-collector bench-collector-rate onos p4 onos-app onos-app-test \
-	bench-training bench-lanes bench-family \
+	bench-training bench-lanes bench-family bench-optimum \
 	compose-check gui-screenshot atomix
 
 all: test
@@ -83,6 +83,10 @@ bench-training: sync
 # (docs/benchmarks/family.md).
 bench-family: sync
 	$(RUN) python optimizer-service/benchmarks/family_bench.py --out docs/benchmarks
+
+# AGG against the true optimum of the predicted CCT on 30 small instances (docs/evaluation.md)
+bench-optimum: sync
+	$(RUN) python optimizer-service/benchmarks/optimum_bench.py --out docs/benchmarks
 
 # What 64 and 128 values a packet cost bmv2 against 32 (root, bmv2 and p4c-bm2-ss)
 bench-lanes: sync

@@ -218,3 +218,37 @@ def test_agg_reports_its_polish():
     assert before.stats.polish_moves == 0
     assert score(after) <= score(before) * (1 + 1e-12)
     assert (after.stats.polish_moves > 0) == (score(after) < score(before) * (1 - 1e-12))
+
+
+def test_the_cli_writes_the_optimum_and_sets_agg_beside_it(tmp_path):
+    """`agg-optimizer optimum` on a small leaf-spine: the placement document of the proven
+    optimum (no job's figure above what `solve` gives AGG in sum), AGG's figure on stderr;
+    a fat-tree too large for the exact search is one line naming the job, exit 2."""
+    from .test_cli_compare import cli
+
+    inst_path = tmp_path / "i.json"
+    r = cli("example", "--leaf-spine", "2,3,3", "--jobs", "2", "--seed", "5", "-o", str(inst_path))
+    assert r.returncode == 0, r.stderr
+    r = cli("optimum", str(inst_path), "-o", str(tmp_path / "opt.json"))
+    assert r.returncode == 0, r.stderr
+    from agg_optimizer.documents import Instance, Placement
+
+    inst = Instance.model_validate_json(inst_path.read_text())
+    best = Placement.model_validate_json((tmp_path / "opt.json").read_text())
+    assert best.strategy == "optimum" and best.stats.path == "search"
+    assert best.stats.status == "optimal"
+    _check_feasible(inst, best)
+    agg = engine.solve(inst, "agg")
+    weight = {j.id: j.weight for j in inst.jobs}
+    score = {
+        name: sum(weight[j.job_id] * j.predicted_cct_s for j in p.jobs)
+        for name, p in (("optimum", best), ("agg", agg))
+    }
+    assert score["optimum"] <= score["agg"] * (1 + 1e-12)
+    assert "optimum: optimal" in r.stderr and f"AGG {score['agg']:.6g} s" in r.stderr
+    r = cli("example", "--fat-tree", "8", "--jobs", "2", "-o", str(inst_path))
+    assert r.returncode == 0, r.stderr
+    r = cli("optimum", str(inst_path))
+    assert r.returncode == 2
+    assert r.stderr.startswith("agg-optimizer: error: jobs[") and "route trees" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""`agg-optimizer`: solve, compare, schema, example.
+"""`agg-optimizer`: solve, compare, optimum, schema, example.
 
 Errors in the input end the program with status 2 and one line naming the field.
 """
@@ -179,6 +179,36 @@ def compare(
     console.print(comparison_table(results, len(inst.jobs)))
     if out is not None:
         console.print(f"wrote {len(results)} placements to {out}/", highlight=False)
+
+
+@app.command()
+def optimum(
+    instance: Path,
+    max_evals: Annotated[
+        int, typer.Option(min=1, help="Evaluations of the shared model the search may spend.")
+    ] = 200_000,
+    output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+) -> None:
+    """The true optimum of the jobs' weighted predicted CCT for a small INSTANCE.json (every
+    shortest route, aggregator set and pool; docs/evaluation.md): print its placement
+    document, and AGG's figure beside it on stderr."""
+    from .engine import solve, solve_optimum
+
+    inst = _load(instance)
+    best = solve_optimum(inst, max_evals=max_evals)
+    _write(best.model_dump_json(indent=2), output)
+    weight = {j.id: j.weight for j in inst.jobs}
+
+    def score(p: Placement) -> float:
+        return sum(weight[jp.job_id] * jp.predicted_cct_s for jp in p.jobs)
+
+    agg = solve(inst, "agg")
+    gap = f"{(score(agg) / score(best) - 1) * 100:+.2f}%" if score(best) > 0 else "n/a"
+    print(
+        f"optimum: {best.stats.status}; weighted predicted CCT {score(best):.6g} s "
+        f"({best.stats.iterations} evaluations); AGG {score(agg):.6g} s ({gap})",
+        file=sys.stderr,
+    )
 
 
 @app.command()

@@ -183,7 +183,7 @@ class JobPlacement(_Doc):
 
 
 class SolverStats(_Doc):
-    path: Literal["lp", "milp", "heuristic"] = "heuristic"
+    path: Literal["lp", "milp", "heuristic", "search"] = "heuristic"
     reason: str | None = None
     status: str = "ok"
     build_s: float = 0.0

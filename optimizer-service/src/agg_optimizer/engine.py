@@ -355,3 +355,36 @@ def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
     aggs, stats, trees = STRATEGIES[strategy](ctx)
     stats.total_s = time.perf_counter() - t0
     return build_placement(ctx, strategy, trees, aggs, stats)
+
+
+def solve_optimum(instance: Instance, *, max_evals: int = 200_000) -> Placement:
+    """The true optimum of the jobs' weighted predicted CCT on a small instance
+    (`optimum.optimum`, from AGG's placement): its placement document, strategy "optimum",
+    path "search"; `stats.status` says "optimal" when the search ended within `max_evals`
+    evaluations, else the best found and the bound it is within. `optimum.TooLarge` (a
+    ValueError naming the job) where a job has too many routes."""
+    from .optimum import optimum
+
+    with _no_cycle_collection():
+        checked = check_instance(instance)
+        if not instance.jobs:
+            none = SolverStats(status="no jobs")
+            return Placement(strategy="optimum", jobs=[], objective_s=0.0,
+                             mean_predicted_cct_s=0.0, stats=none)  # fmt: skip
+        t0 = time.perf_counter()
+        ctx = Context(instance, compiled=Network.from_instance(instance, checked),
+                      nodes=checked.jobs)  # fmt: skip
+        aggs, _, trees = STRATEGIES["agg"](ctx)
+        trees = trees if trees is not None else ctx.int_trees
+        start = {j.id: (trees[j.id], frozenset(aggs.get(j.id, set()))) for j in ctx.jobs}
+        opt = optimum(ctx, start, max_evals=max_evals, max_seconds=float("inf"))
+        status = (
+            "optimal"
+            if opt.proven
+            else f"budget spent: the optimum is in [{opt.lower_bound:.6g}, {opt.score:.6g}]"
+        )
+        stats = SolverStats(path="search", status=status, iterations=opt.evaluations,
+                            objective=opt.score, total_s=time.perf_counter() - t0)  # fmt: skip
+        trees = {jid: c[0] for jid, c in opt.choice.items()}
+        aggs = {jid: set(c[1]) for jid, c in opt.choice.items()}
+        return build_placement(ctx, "optimum", trees, aggs, stats)

@@ -140,8 +140,15 @@ def optimum(
     net = ctx.net
     jobs = list(ctx.jobs)
     opts = {}
-    for job in jobs:
-        trees = route_trees(ctx, moves, job) + list((extra or {}).get(job.id, []))
+    for i, job in enumerate(jobs):
+        try:
+            trees = route_trees(ctx, moves, job)
+        except TooLarge:
+            raise TooLarge(
+                f"jobs[{i}]: job {job.id!r} has more than {MAX_TREES} shortest route trees; "
+                "the exact search is for small instances (docs/evaluation.md)"
+            ) from None
+        trees += list((extra or {}).get(job.id, []))
         if start is not None:
             trees.append(start[job.id][0])
         opts[job.id] = _options(ctx, job, trees)
