@@ -6,7 +6,7 @@ slots scarce or ample, with and without background load.
         [--max-evals 200000] [--out docs/benchmarks]   (make bench-optimum)
 
 Per instance: the jobs' weighted predicted CCT (what the placement document reports) of AGG
-without its local search (`AGG_POLISH=0`, AGG as it was before `polish`), AGG, the MILP, the
+without its local search (`engine.POLISH` off: AGG as it was before `polish`), AGG, the MILP, the
 best of the baselines, the optimum (exact within the budget, else the best found and a lower
 bound) and the floor. The search's budget is counted in evaluations of the shared model, not
 seconds, so a busy machine changes how long it takes, not what it finds. Writes

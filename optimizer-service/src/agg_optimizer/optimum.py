@@ -135,7 +135,7 @@ def optimum(
     """The exact search described above (`TooLarge` when a job has more than MAX_TREES
     trees)."""
     t0 = time.perf_counter()
-    judge = Judge.of(ctx)
+    judge = Judge.of(ctx, compiled=True)  # numba's fair shares: hundreds of thousands
     moves = Moves(ctx)
     net = ctx.net
     jobs = list(ctx.jobs)

@@ -51,12 +51,13 @@ class Judge:
     ctx: Context
     fabric: Fabric
     evals: int = 0
+    compiled: bool = False  # numba's fair shares (`Simulator`): for many evaluations
 
     @classmethod
-    def of(cls, ctx: Context) -> Judge:
+    def of(cls, ctx: Context, *, compiled: bool = False) -> Judge:
         fabric = Fabric.from_topology(ctx.instance.topology)
         fabric.capacity = np.array([ctx.net.resid[e] for e in fabric.links], dtype=np.float64)
-        return cls(ctx, fabric)
+        return cls(ctx, fabric, compiled=compiled)
 
     def flows(
         self, job: Job, tree: JobTree, aggs: frozenset[str]
@@ -77,7 +78,7 @@ class Judge:
         self.evals += 1
         flows = [(job, self._flows_cached(job, *choice[job.id])) for job in self.ctx.jobs]
         width = max((len(links) for _, fl in flows for links, _ in fl), default=8)
-        sim = Simulator(self.fabric, compiled=False, width=width)
+        sim = Simulator(self.fabric, compiled=self.compiled, width=width)
         left: dict[str, int] = {}
         done: dict[str, float] = {}
 
@@ -328,7 +329,12 @@ def polish(
 ) -> tuple[dict[str, JobTree], dict[str, set[str]], int]:
     """A local optimum of the reported weighted CCT from (`trees`, `aggs`): the trees, the
     aggregators and how many moves were kept."""
-    judge = Judge.of(ctx)
+    from .sim import fairshare
+
+    # numba's fair shares where this process has loaded them already (a service after its
+    # first solve, a simulation): 4-5x faster an evaluation, but their load costs as much
+    # as a polish's 600 evaluations without them (docs/benchmarks/family.md)
+    judge = Judge.of(ctx, compiled=fairshare._compiled is not None)
     moves = Moves(ctx)
     net = ctx.net
     choice: dict[str, Choice] = {
