@@ -84,7 +84,7 @@ bench-training: sync
 bench-family: sync
 	$(RUN) python optimizer-service/benchmarks/family_bench.py --out docs/benchmarks
 
-# AGG against the true optimum of the predicted CCT on 30 small instances (docs/evaluation.md)
+# AGG against the true optimum of the predicted CCT on 40 small instances (docs/evaluation.md)
 bench-optimum: sync
 	$(RUN) python optimizer-service/benchmarks/optimum_bench.py --out docs/benchmarks
 

@@ -1,8 +1,9 @@
 """AGG against the true optimum of the predicted CCT on small instances no test generates
-(`agg_optimizer.optimum`): leaf-spine, irregular fabrics and k=4 fat-trees with 3-4 jobs,
-slots scarce or ample, with and without background load.
+(`agg_optimizer.optimum`): leaf-spine, irregular fabrics and k=4 fat-trees with 3-4 jobs of
+3-5 workers, and irregular fabrics with 4 jobs of 4-7 workers ("irregular-busy"); slots
+scarce or ample, with and without background load.
 
-    uv run python optimizer-service/benchmarks/optimum_bench.py [--instances 30] [--seed0 8000]
+    uv run python optimizer-service/benchmarks/optimum_bench.py [--instances 40] [--seed0 8000]
         [--max-evals 200000] [--out docs/benchmarks]   (make bench-optimum)
 
 Per instance: the jobs' weighted predicted CCT (what the placement document reports) of AGG
@@ -34,7 +35,7 @@ from agg_optimizer.topology import fat_tree, leaf_spine
 from agg_optimizer.validation import check_instance
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = ("leaf-spine", "irregular", "ft4")
+FAMILIES = ("leaf-spine", "irregular", "ft4", "irregular-busy")
 BASELINES = ("ps", "switchml", "atp", "sharp", "soar", "greedy")
 
 
@@ -53,7 +54,10 @@ def instance(i: int, seed: int) -> tuple[str, Instance]:
     else:
         topo = irregular(rng, slots)
     background = [None, 0.0, 0.3, 0.6][int(rng.integers(4))]
-    jobs = random_jobs(topo, int(rng.integers(3, 5)), rng, workers=(3, 5), pool_slots=pool)
+    if family == "irregular-busy":  # 4 jobs of 4-7 workers: more of them meet
+        jobs = random_jobs(topo, 4, rng, workers=(4, 7), pool_slots=pool)
+    else:
+        jobs = random_jobs(topo, int(rng.integers(3, 5)), rng, workers=(3, 5), pool_slots=pool)
     tele = random_telemetry(topo, rng, level=background)
     name = f"{family}-{'scarce' if scarce else 'ample'}-bg{background}"
     return name, Instance(topology=topo, telemetry=tele, jobs=jobs)
@@ -66,7 +70,7 @@ def weighted(inst: Instance, placement) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--instances", type=int, default=30)
+    ap.add_argument("--instances", type=int, default=40)
     ap.add_argument("--seed0", type=int, default=8000, help="seeds seed0.. (no test uses them)")
     ap.add_argument("--max-evals", type=int, default=200_000, help="evaluations an instance")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")

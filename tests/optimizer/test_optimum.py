@@ -252,3 +252,23 @@ def test_the_cli_writes_the_optimum_and_sets_agg_beside_it(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("agg-optimizer: error: jobs[") and "route trees" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_polish_pays_the_switching_penalty():
+    """With the placement AGG would make without its local search as `current` and a
+    switching penalty far above any CCT gain, the local search adds no aggregator outside
+    `current`; without the penalty it does (the same instance)."""
+    inst = _leaf_spine_instance(1, spines=2, leaves=4, jobs=3, slots=4096)
+    with patch.object(engine, "POLISH", False):
+        before = engine.solve(inst, "agg")
+    free = engine.solve(inst, "agg")
+    inst.current = {jp.job_id: [a.switch for a in jp.aggregators] for jp in before.jobs}
+    added = {
+        jp.job_id: {a.switch for a in jp.aggregators} - set(inst.current[jp.job_id])
+        for jp in free.jobs
+    }
+    assert free.stats.polish_moves > 0 and any(added.values())
+    inst.switching_penalty_s = 1e3
+    held = engine.solve(inst, "agg")
+    for jp in held.jobs:
+        assert {a.switch for a in jp.aggregators} <= set(inst.current[jp.job_id])

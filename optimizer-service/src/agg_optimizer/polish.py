@@ -3,19 +3,26 @@
 The LP minimises a surrogate of each job alone (`network.evaluate`); the placement document
 reports every job sharing the fabric (`shared.shared_ccts`), where two jobs that funnel onto
 one spine each move at half its rate. `polish` starts from the placement AGG chose and tries,
-job by job, the moves that change what the report sees:
+job by job (the slowest weighted first), the moves that change what the report sees:
 
-- add, drop or move one aggregator of a job (within its cap and the switches' free slots);
-- re-route one switch of a job's tree to another neighbour (any neighbour that is not below
-  it and no farther from the PS's switch by hops, so the tree stays a tree towards the PS and
-  routes stay shortest-or-sideways), keeping the job's aggregators that still sum two or
-  more inputs, with and without an aggregator at the new parent.
+- add, drop or move one aggregator of a job (within its cap; on a full switch, taking the
+  pool of another job that sums there, which then gives it up);
+- re-route one switch of a job's tree to another neighbour (any neighbour not below it and
+  no farther from the PS's switch by hops, so the tree stays a tree towards the PS),
+  keeping the aggregators that still sum two or more inputs, with and without an
+  aggregator at the new parent;
+- move a hub: every switch below one switch to another switch at its distance from the PS
+  that neighbours them all, the hub's aggregator going along; and the same move traded
+  with another job whose summing hub is there (two jobs swapping spines, which neither
+  move alone improves).
 
 A move is kept when it lowers the jobs' weighted predicted CCT as the document reports it
-(`Judge.score`, the same numbers as `engine._reported`), and the search ends when no move of
-any job improves it or after `MAX_EVALS` evaluations. It never returns a placement worse than
-the one it was given. `optimum.py` computes the true optimum of the same figure on small
-instances, which is what this is measured against (docs/evaluation.md).
+(`Judge.score`, the same numbers as `engine._reported`) by `MIN_GAIN`, plus the instance's
+switching penalty for each aggregator not in `current` where it sets one. The search ends
+when no move of any job improves it or after `MAX_EVALS` evaluations; it never returns a
+placement worse than the one it was given. `optimum.py` computes the true optimum of the
+same figure on small instances, which is what this is measured against
+(docs/evaluation.md, "How far from the optimum?").
 """
 
 from __future__ import annotations
@@ -341,7 +348,20 @@ def polish(
         j.id: (trees[j.id], frozenset(aggs.get(j.id, set()))) for j in ctx.jobs
     }
     slots = {s: int(net.slots[net.index[s]]) for s in net.switch_ids}
-    best = judge.score(choice)
+    pen = ctx.instance.switching_penalty_s
+    current = {jid: set(sw) for jid, sw in ctx.instance.current.items()}
+
+    def cost(c: dict[str, Choice]) -> float:
+        """The reported figure, plus the instance's switching penalty for every aggregator
+        not in `current` (weighted as `Context.weighted_cost` weighs it): a move must pay
+        for the churn it makes, as the LP's does."""
+        out = judge.score(c)
+        if pen:
+            for j in ctx.jobs:
+                out += j.weight * pen * len(c[j.id][1] - current.get(j.id, set()))
+        return out
+
+    best = cost(choice)
     kept = 0
     improved = True
     # Passes over the jobs, the slowest weighted job first; within a job, the first move
@@ -359,7 +379,7 @@ def polish(
                     if judge.evals >= max_evals:
                         break
                     trial = {**choice, **move}
-                    score = judge.score(trial)
+                    score = cost(trial)
                     if score < best * (1.0 - MIN_GAIN):
                         choice, best, kept = trial, score, kept + 1
                         improved = again = True
