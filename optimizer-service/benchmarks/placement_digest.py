@@ -16,8 +16,10 @@ descent ends elsewhere (objective -1.7e-5 at k=32, +6.2e-5 at k=48, -1.2e-5 at k
 AGG's entries of four small cases were recorded again in session 33, when AGG gained its
 local search on the predicted CCT (`polish`, issue 50): it moves aggregators and routes where
 the jobs sharing the fabric finish sooner, which can raise the surrogate `objective_s`
-(k4-j4-s2 +1.8%, k6-j10-s7011-cap2 +3.6%, k8-j8-s2-bg05-pool512 +3.7%, k6-j10-s4-current
-+3.5%) while the document's predicted CCT falls.
+(k4-j4-s2 +1.8%, k6-j10-s7011-cap2 +3.6%, k8-j8-s2-bg05-pool512 +3.7%) while the
+document's predicted CCT falls; on k6-j10-s4-current, whose switching penalty the search
+pays, it keeps 13 aggregators outside `current` where the LP had 33 (weighted predicted CCT
+8.73 -> 8.40 s, the surrogate objective with the penalties 65.1 -> 76.3).
 `tests/optimizer/test_placement_digest.py` checks the cases up to `medium`, this script
 every case:
 

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from .context import Context
 from .documents import Job
 from .network import JobTree, build_tree, evaluate
-from .sim.core import AGGREGATION, Flow, Simulator
+from .shared import Flows, job_flows, round_ends
 from .sim.fabric import Fabric
 
 # Evaluations of the shared model a polish may spend (each one simulates one round of every
@@ -66,47 +67,20 @@ class Judge:
         fabric.capacity = np.array([ctx.net.resid[e] for e in fabric.links], dtype=np.float64)
         return cls(ctx, fabric, compiled=compiled)
 
-    def flows(
-        self, job: Job, tree: JobTree, aggs: frozenset[str]
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def flows(self, job: Job, tree: JobTree, aggs: frozenset[str]) -> Flows:
         """The job's components as (links, multiplicity), as `shared_ccts` adds them."""
-        from .sim.training import components
-
-        paths = {w: tree.path(w) for w in job.workers}
-        out = []
-        for segs in _components(paths, aggs, job.ps, components):
-            idx = np.concatenate([self.fabric.path_links(p) for p in segs])
-            links, mult = np.unique(idx, return_counts=True)
-            out.append((links, mult.astype(float)))
-        return out
+        paths = SimpleNamespace(worker_paths={w: tree.path(w) for w in job.workers})
+        return job_flows(self.fabric, paths, set(aggs), job.ps)
 
     def job_costs(self, choice: dict[str, Choice]) -> dict[str, float]:
         """Each job's predicted CCT (seconds) under `choice` (job id -> (tree, aggregators))."""
         self.evals += 1
-        flows = [(job, self._flows_cached(job, *choice[job.id])) for job in self.ctx.jobs]
-        width = max((len(links) for _, fl in flows for links, _ in fl), default=8)
-        sim = Simulator(self.fabric, compiled=self.compiled, width=width)
-        left: dict[str, int] = {}
-        done: dict[str, float] = {}
-
-        def finished(jid: str) -> None:
-            left[jid] -= 1
-            if not left[jid]:
-                done[jid] = sim.t
-
-        for job, fl in flows:
-            for links, mult in fl:
-                left[job.id] = left.get(job.id, 0) + 1
-                sim.add(
-                    Flow(
-                        links,
-                        mult,
-                        float(job.update_bytes),
-                        AGGREGATION,
-                        on_done=lambda _f, j=job.id: finished(j),
-                    )
-                )
-        sim.run()
+        rounds = [
+            (job.id, float(job.update_bytes), self._flows_cached(job, *choice[job.id]))
+            for job in self.ctx.jobs
+        ]
+        width = max((len(links) for _, _, fl in rounds for links, _ in fl), default=8)
+        done = round_ends(self.fabric, rounds, compiled=self.compiled, width=width)
         out = {}
         for job in self.ctx.jobs:
             tree, aggs = choice[job.id]
@@ -132,15 +106,6 @@ class Judge:
         if key not in cache:
             cache[key] = self.flows(job, tree, aggs)
         return cache[key]
-
-
-def _components(paths, aggs, ps, components):
-    """`sim.training.components` on bare worker paths (it reads only `worker_paths`)."""
-
-    class _Paths:
-        worker_paths = paths
-
-    return components(_Paths, set(aggs), ps)  # type: ignore[arg-type]
 
 
 def _tree_key(tree: JobTree) -> tuple[tuple[str, str | None], ...]:

@@ -11,6 +11,8 @@ The job's path latency (`JobTree.worker_delay`) is added as in the isolated figu
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .documents import Instance, JobPlacement
@@ -39,7 +41,36 @@ def shared_ccts(
     net = net if net is not None else Network.from_instance(inst)
     fabric.capacity = np.array([net.resid[e] for e in fabric.links], dtype=np.float64)
     jobs = {j.id: j for j in inst.jobs}
-    sim = Simulator(fabric, compiled=len(placed) > NUMPY_MAX_JOBS)
+    rounds = []
+    for jp in placed:
+        job = jobs[jp.job_id]
+        held = {a.switch for a in jp.aggregators}
+        rounds.append((jp.job_id, float(job.update_bytes), job_flows(fabric, jp, held, job.ps)))
+    return round_ends(fabric, rounds, compiled=len(placed) > NUMPY_MAX_JOBS)
+
+
+Flows = list[tuple[np.ndarray, np.ndarray]]
+
+
+def job_flows(fabric: Fabric, placed: JobPlacement | Any, held: set[str], ps: str) -> Flows:
+    """A job's streams as the simulator's flows: one per component (`components`: the
+    streams that move at one rate), its links and how many of the job's streams cross each.
+    `placed` needs only `worker_paths`."""
+    out = []
+    for segs in components(placed, held, ps):
+        idx = np.concatenate([fabric.path_links(p) for p in segs])
+        links, mult = np.unique(idx, return_counts=True)
+        out.append((links, mult.astype(float)))
+    return out
+
+
+def round_ends(
+    fabric: Fabric, rounds: list[tuple[str, float, Flows]], *, compiled: bool, width: int = 8
+) -> dict[str, float]:
+    """One round of every job at once, (job id, bytes, `job_flows`) each, on `fabric`'s
+    capacities: the time each job's last component finishes. `width`: links of the longest
+    flow, when known (`Simulator`)."""
+    sim = Simulator(fabric, compiled=compiled, width=width)
     left: dict[str, int] = {}
     done: dict[str, float] = {}
 
@@ -48,20 +79,9 @@ def shared_ccts(
         if not left[jid]:
             done[jid] = sim.t
 
-    for jp in placed:
-        job = jobs[jp.job_id]
-        for segs in components(jp, {a.switch for a in jp.aggregators}, job.ps):
-            idx = np.concatenate([fabric.path_links(p) for p in segs])
-            links, mult = np.unique(idx, return_counts=True)
-            left[jp.job_id] = left.get(jp.job_id, 0) + 1
-            sim.add(
-                Flow(
-                    links,
-                    mult.astype(float),
-                    float(job.update_bytes),
-                    AGGREGATION,
-                    on_done=lambda _f, j=jp.job_id: finished(j),
-                )
-            )
+    for jid, size, flows in rounds:
+        for links, mult in flows:
+            left[jid] = left.get(jid, 0) + 1
+            sim.add(Flow(links, mult, size, AGGREGATION, on_done=lambda _f, j=jid: finished(j)))
     sim.run()
     return done
