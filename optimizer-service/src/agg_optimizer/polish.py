@@ -28,7 +28,7 @@ same figure on small instances, which is what this is measured against
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,8 +41,8 @@ from .sim.fabric import Fabric
 
 # Evaluations of the shared model a polish may spend (each one simulates one round of every
 # job: 0.5-2 ms for 4-12 jobs here). On the 40 instances of `make bench-family` the search
-# ended by itself after 106-1,753 evaluations; capped at 600 it kept all but 0.4% of the
-# gain where it ran longer (docs/benchmarks/family.md), at 1.2 s of CPU at most.
+# ended by itself after 106-1,753 evaluations; capped at 600 it kept all but 0.7% of the
+# figure an unbounded search reached (docs/benchmarks/family.md), at 1.2 s of CPU at most.
 MAX_EVALS = 600
 # A move must lower the weighted CCT by this fraction to be kept (float noise is not a gain).
 MIN_GAIN = 1e-4
@@ -60,6 +60,9 @@ class Judge:
     fabric: Fabric
     evals: int = 0
     compiled: bool = False  # numba's fair shares (`Simulator`): for many evaluations
+    # per (job, tree, aggregators): its flows, and its lone CCT with its path latency
+    _flows: dict[tuple, Flows] = field(default_factory=dict, repr=False)
+    _lone: dict[tuple, tuple[float, float]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, ctx: Context, *, compiled: bool = False) -> Judge:
@@ -91,21 +94,19 @@ class Judge:
     def _alone(self, job: Job, tree: JobTree, aggs: frozenset[str]) -> tuple[float, float]:
         """The job's CCT alone (`network.evaluate`) and its path latency."""
         key = (job.id, _tree_key(tree), aggs)
-        cache = self.__dict__.setdefault("_alone_cache", {})
-        if key not in cache:
-            cache[key] = (evaluate(tree, set(aggs)).cct, max(tree.worker_delay.values()))
-        return cache[key]
+        if key not in self._lone:
+            self._lone[key] = (evaluate(tree, set(aggs)).cct, max(tree.worker_delay.values()))
+        return self._lone[key]
 
     def score(self, choice: dict[str, Choice]) -> float:
         costs = self.job_costs(choice)
         return sum(job.weight * costs[job.id] for job in self.ctx.jobs)
 
-    def _flows_cached(self, job: Job, tree: JobTree, aggs: frozenset[str]):
+    def _flows_cached(self, job: Job, tree: JobTree, aggs: frozenset[str]) -> Flows:
         key = (job.id, _tree_key(tree), aggs)
-        cache = self.__dict__.setdefault("_cache", {})
-        if key not in cache:
-            cache[key] = self.flows(job, tree, aggs)
-        return cache[key]
+        if key not in self._flows:
+            self._flows[key] = self.flows(job, tree, aggs)
+        return self._flows[key]
 
 
 def _tree_key(tree: JobTree) -> tuple[tuple[str, str | None], ...]:
