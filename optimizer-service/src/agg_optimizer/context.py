@@ -27,6 +27,8 @@ class Context:
     compiled: InitVar[Network | None] = None  # the instance's network, when already built
     # the jobs' nodes as positions, when already worked out (`check_instance`'s `Checked.jobs`)
     nodes: InitVar[JobNodes | None] = None
+    # AGG's local search on the predicted CCT after its family (`engine._best_of_family`)
+    polish: bool = field(default=True, kw_only=True)
     net: Network = field(init=False)
     _nodes: JobNodes | None = field(init=False, default=None, repr=False)
 
@@ -44,7 +46,7 @@ class Context:
     def rerouted(self, penalty: dict[str, dict[tuple[str, str], float]]) -> Context:
         """The same instance and compiled network, routed with `penalty` instead (the
         network's link data do not depend on routing; the trees are built anew)."""
-        return Context(self.instance, self.seed, penalty, self.net, self._nodes)
+        return Context(self.instance, self.seed, penalty, self.net, self._nodes, polish=self.polish)
 
     @property
     def jobs(self) -> list[Job]:

@@ -150,7 +150,7 @@ def _best_of_family(lead: Strategy, family: dict[str, Callable[[], Strategy]]) -
                 s.family_choice = name
                 best = (score, a, s, t)
         _, aggs, stats, trees = best
-        if POLISH:  # up to FAMILY_MAX_JOBS jobs, within the shared model's EXACT_MAX_JOBS
+        if POLISH and ctx.polish:  # up to FAMILY_MAX_JOBS jobs, within EXACT_MAX_JOBS
             from . import polish  # the simulator's core: only when placing
 
             trees, aggs, stats.polish_moves = polish.polish(
@@ -330,15 +330,19 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def solve(instance: Instance, strategy: str = "agg", *, seed: int = 0) -> Placement:
-    """Validate, place with `strategy`, and describe the result."""
+def solve(
+    instance: Instance, strategy: str = "agg", *, seed: int = 0, polish: bool = True
+) -> Placement:
+    """Validate, place with `strategy`, and describe the result. `polish=False`: AGG
+    without its local search on the predicted CCT (the service's loop, which judges each
+    job alone: docs/service.md)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: unknown {strategy!r}; one of {', '.join(STRATEGIES)}")
     with _no_cycle_collection():
-        return _solve(instance, strategy, seed)
+        return _solve(instance, strategy, seed, polish)
 
 
-def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
+def _solve(instance: Instance, strategy: str, seed: int, polish: bool = True) -> Placement:
     checked = check_instance(instance)
     if not instance.jobs:  # nothing to place (HiGHS calls an empty model no solution)
         return Placement(
@@ -350,7 +354,11 @@ def _solve(instance: Instance, strategy: str, seed: int) -> Placement:
         )
     t0 = time.perf_counter()
     ctx = Context(
-        instance, seed=seed, compiled=Network.from_instance(instance, checked), nodes=checked.jobs
+        instance,
+        seed=seed,
+        compiled=Network.from_instance(instance, checked),
+        nodes=checked.jobs,
+        polish=polish,
     )
     aggs, stats, trees = STRATEGIES[strategy](ctx)
     stats.total_s = time.perf_counter() - t0

@@ -739,7 +739,7 @@ class Service:
             try:
                 ok = self._placeable(view, jobs, left_out)
                 result = (
-                    solve(self._instance(view, ok, reserved), strat) if ok else None,
+                    solve(self._instance(view, ok, reserved), strat, polish=False) if ok else None,
                     left_out,
                 )
             except BaseException as e:
@@ -1081,7 +1081,7 @@ class Service:
         out = {}
         floor = None
         for strat in STRATEGIES:
-            p = solve(inst, strat)
+            p = solve(inst, strat, polish=False)
             jp = next((x for x in p.jobs if x.job_id == job_id), None)
             if jp is None:  # deleted meanwhile
                 raise NotFound(f"job {job_id!r}")
