@@ -53,10 +53,10 @@ def test_concurrent_per_job_dry_runs_share_their_groups_solve(
     release = threading.Event()
     real = core.solve
 
-    def held_solve(instance: Any, strategy: str) -> Any:
+    def held_solve(instance: Any, strategy: str, **kw: Any) -> Any:
         calls.append(len(instance.jobs))
         assert release.wait(120), "the solve was never released"
-        return real(instance, strategy)
+        return real(instance, strategy, **kw)
 
     monkeypatch.setattr(core, "solve", held_solve)
     out: dict[str, bytes] = {}
@@ -92,7 +92,7 @@ def test_a_failed_shared_solve_fails_every_request_that_waited_for_it(
     started = threading.Event()
     release = threading.Event()
 
-    def failing(instance: Any, strategy: str) -> Any:
+    def failing(instance: Any, strategy: str, **kw: Any) -> Any:
         started.set()
         assert release.wait(120)
         raise RuntimeError("solver exploded")
