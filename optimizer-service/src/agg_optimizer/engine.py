@@ -365,12 +365,13 @@ def _solve(instance: Instance, strategy: str, seed: int, polish: bool = True) ->
     return build_placement(ctx, strategy, trees, aggs, stats)
 
 
-def solve_optimum(instance: Instance, *, max_evals: int = 200_000) -> Placement:
+def solve_optimum(instance: Instance, *, max_evals: int = 200_000) -> tuple[Placement, float]:
     """The true optimum of the jobs' weighted predicted CCT on a small instance
     (`optimum.optimum`, from AGG's placement): its placement document, strategy "optimum",
-    path "search"; `stats.status` says "optimal" when the search ended within `max_evals`
-    evaluations, else the best found and the bound it is within. `optimum.TooLarge` (a
-    ValueError naming the job) where a job has too many routes."""
+    path "search", and AGG's weighted predicted CCT, where the search started;
+    `stats.status` says "optimal" when the search ended within `max_evals` evaluations,
+    else the best found and the bound it is within. `optimum.TooLarge` (a ValueError
+    naming the job) where a job has too many routes."""
     from .optimum import optimum
 
     with _no_cycle_collection():
@@ -378,13 +379,14 @@ def solve_optimum(instance: Instance, *, max_evals: int = 200_000) -> Placement:
         if not instance.jobs:
             none = SolverStats(status="no jobs")
             return Placement(strategy="optimum", jobs=[], objective_s=0.0,
-                             mean_predicted_cct_s=0.0, stats=none)  # fmt: skip
+                             mean_predicted_cct_s=0.0, stats=none), 0.0  # fmt: skip
         t0 = time.perf_counter()
         ctx = Context(instance, compiled=Network.from_instance(instance, checked),
                       nodes=checked.jobs)  # fmt: skip
         aggs, _, trees = STRATEGIES["agg"](ctx)
         trees = trees if trees is not None else ctx.int_trees
         start = {j.id: (trees[j.id], frozenset(aggs.get(j.id, set()))) for j in ctx.jobs}
+        agg_figure = _reported(ctx, aggs, trees)
         opt = optimum(ctx, start, max_evals=max_evals, max_seconds=float("inf"))
         status = (
             "optimal"
@@ -395,4 +397,4 @@ def solve_optimum(instance: Instance, *, max_evals: int = 200_000) -> Placement:
                             objective=opt.score, total_s=time.perf_counter() - t0)  # fmt: skip
         trees = {jid: c[0] for jid, c in opt.choice.items()}
         aggs = {jid: set(c[1]) for jid, c in opt.choice.items()}
-        return build_placement(ctx, "optimum", trees, aggs, stats)
+        return build_placement(ctx, "optimum", trees, aggs, stats), agg_figure
