@@ -3,7 +3,7 @@ surrogate.
 
 What it searches: for every job, every in-tree towards its PS's switch made of shortest paths
 by hops (every route equal-cost multipath can give it: `route_trees`), plus the trees of
-`start` and `extra` (the ones a strategy chose, on INT-weighted or sideways routes, so the
+`start` (the ones a strategy chose, on INT-weighted or sideways routes, so the
 optimum is never above it); on each tree every set of aggregators (programmable switches where
 two or more of the job's streams meet, within the job's cap); jointly, every combination whose
 pools fit the switches' free slots. The figure minimised is the one the placement document
@@ -128,7 +128,6 @@ def optimum(
     ctx: Context,
     start: dict[str, Choice] | None = None,
     *,
-    extra: dict[str, list[JobTree]] | None = None,
     max_evals: int = 2_000_000,
     max_seconds: float = 600.0,
 ) -> Optimum:
@@ -148,7 +147,6 @@ def optimum(
                 f"jobs[{i}]: job {job.id!r} has more than {MAX_TREES} shortest route trees; "
                 "the exact search is for small instances (docs/evaluation.md)"
             ) from None
-        trees += list((extra or {}).get(job.id, []))
         if start is not None:
             trees.append(start[job.id][0])
         opts[job.id] = _options(ctx, job, trees)
