@@ -18,7 +18,9 @@ no stage, register or ALU beyond the sum it already does (docs/protocols.md says
    A block that is zero on every rank is not sent: its sum is exactly zero.
 3. **Bound** (`error_bound`): rounding only, W / (2 * scale) per element of the sum, which is
    at most W * 2^(ceil(log2 W) + floor(log2 W) - 30) of the block's largest magnitude:
-   7.5e-9 at 2 ranks, 6.0e-8 at 4, 3.1e-5 at 32 (`relative_bound`).
+   7.5e-9 at 2 ranks, 6.0e-8 at 4, 3.1e-5 at 32 (`relative_bound`). A block whose largest
+   magnitude is under 2^(EXP_MIN - 1) (3.4e-49, far below float32's smallest subnormal) is
+   scaled as if it were 2^(EXP_MIN - 1): the bound is relative to that floor.
 4. **inf and NaN** (`codes`, `apply_codes`): per element a code of counts (+inf 1, -inf 2^8,
    NaN 2^16) summed across ranks; NaN where any rank has NaN or both infinities meet,
    else the infinity seen: what IEEE addition gives.
