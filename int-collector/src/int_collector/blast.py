@@ -19,7 +19,7 @@ import numpy as np
 from llvmlite import binding as llvm
 from numba import njit, types
 
-from .generator import SyntheticFabric, _ring
+from .synthetic import SyntheticFabric, _ring
 
 SLOT = 2048  # bytes per ring datagram at least (more when many reports share one)
 LAST_CPU_S = 0.0  # CPU seconds the last `send` spent while sending (user + system)

@@ -53,6 +53,7 @@ from agg_agent.protocol import (
     check_lanes,
     packet_bytes,
 )
+from agg_agent.results import IterationResult, ServeStats
 
 log = logging.getLogger(__name__)
 
@@ -456,16 +457,6 @@ class Worker:
 
 
 @dataclass(slots=True)
-class IterationResult:
-    iteration: int
-    total: npt.NDArray[np.float64]
-    seconds: float  # first packet of the iteration to its last chunk complete
-    aggregated_packets: int = 0
-    raw_packets: int = 0
-    duplicates: int = 0
-
-
-@dataclass(slots=True)
 class _Chunk:
     acc: npt.NDArray[np.int64]
     bitmap: int = 0
@@ -840,13 +831,3 @@ class ParameterServer:
             self._ack(pkt.seq, self.all_mask, ch.acc, ch.queue, ch.ce)
             stats.chunks += 1
         return stats
-
-
-@dataclass(slots=True)
-class ServeStats:
-    chunks: int = 0  # chunks completed (all runs)
-    steps: int = 0  # steps completed (chunks flagged FLAG_END)
-    aggregated_packets: int = 0
-    raw_packets: int = 0
-    duplicates: int = 0
-    runs: int = 1

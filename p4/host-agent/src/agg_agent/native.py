@@ -27,18 +27,57 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from agg_agent import blockfloat as bf
 from agg_agent.protocol import LANES, MAX_LANES
+from agg_agent.results import IterationResult, ServeStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agg_agent.endpoints import IterationResult, ParameterServer, ServeStats, Worker
+    from agg_agent.fixedpoint import FixedPoint
+
+
+class Worker(Protocol):
+    """What the C loop reads of an `endpoints.Worker` (and writes back: `next_index`,
+    `srtt`); a protocol, so this module below `endpoints` imports nothing of it."""
+
+    sock: socket.socket
+    target: tuple[str, int]
+    job_id: int
+    worker_id: int
+    fixed: FixedPoint
+    window: int
+    timeout: float
+    max_retries: int
+    flight: int
+    deadline_s: float
+    lanes: int
+    run_id: int | None
+    next_index: int
+    srtt: float | None
+
+
+class ParameterServer(Protocol):
+    """What the C loop reads of an `endpoints.ParameterServer` (and writes back: its run
+    and counters)."""
+
+    sock: socket.socket
+    job_id: int
+    fixed: FixedPoint
+    workers: list[tuple[str, int]]
+    first_seq: int
+    lanes: int
+    run_id: int
+    runs: int
+    other_runs: int
+    other_sizes: int
+    _stop: bool
+
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +357,6 @@ def serve(
     ps: ParameterServer, retain: int, each: Callable[[IterationResult], None] | None
 ) -> ServeStats:
     """`ParameterServer.serve`'s loop in C, until `ps.stop()`; `each` per step, as there."""
-    from agg_agent.endpoints import IterationResult, ServeStats
     from agg_agent.fixedpoint import FixedPointOverflow
 
     lib = _lib()
