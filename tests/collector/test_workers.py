@@ -363,20 +363,21 @@ def test_fuzz_on_the_compiled_path_keeps_every_counter_counting(serves: list[Ser
     seeds = [datagram(s, q) for s in range(1, SWITCHES + 1) for q in range(4)]
     data = seeds + _mutated(seeds, 60_000, rng)
     socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(SWITCHES)]
+
+    def counted() -> float:
+        return svc.metric("int_collector_datagrams_received_total") + _udp_drops(svc.port)
+
     try:
         for i, d in enumerate(data):
             socks[i % SWITCHES].sendto(d, ("127.0.0.1", svc.port))
-            if i % 2000 == 1999:  # paced: the kernel's buffers, not the test, are measured
-                time.sleep(0.01)
+            if i % 2000 == 1999:  # paced by the collector: every 2,000 counted before more
+                wait_for(lambda n=i + 1: counted() == n, DEADLINE_S, f"{i + 1} counted")
     finally:
         for sk in socks:
             sk.close()
     sent = len(data)
-    wait_for(
-        lambda: svc.metric("int_collector_datagrams_received_total") + _udp_drops(svc.port) == sent,
-        DEADLINE_S,
-        "every datagram counted",
-    )
+    wait_for(lambda: counted() == sent, DEADLINE_S, "every datagram counted")
+    # paced so, a loaded machine drops few; what issue 29 saw was a sixth counted
     assert svc.metric("int_collector_datagrams_received_total") > sent * 0.9
     wait_for(lambda: svc.health()[1]["receiving"], DEADLINE_S, "healthy")
     assert svc.metric("int_collector_worker_restarts_total") == 0
