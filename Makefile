@@ -16,7 +16,7 @@ all: test
 # beside the sources: the collector's receive path (`int-collector serve` then starts in a
 # second or two instead of compiling for 15 CPU-seconds), the simulator's fair-share loop
 # (the demo's fabric) and the placement's routing search for large fabrics
-# (`agg_optimizer.shortest_paths`: its kernel in C, built by cc for this CPU, and numba's for
+# (`agg_optimizer.model.shortest_paths`: its kernel in C, built by cc for this CPU, and numba's for
 # where there is no compiler). Each checks its cache first: a second `make sync` takes seconds.
 # The installed packages' bytecode is compiled here too: where PYTHONDONTWRITEBYTECODE is set
 # (this machine's environment sets it), Python never writes .pyc files, and every process
@@ -31,7 +31,7 @@ sync: $(UV)
 	$(UV) sync --frozen --compile-bytecode $(SYNC_GROUPS)
 	$(RUN) $(SYNC_GROUPS) int-collector compile
 	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.sim.fairshare
-	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.shortest_paths
+	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.model.shortest_paths
 
 $(HOME)/.local/bin/uv:
 	@echo "make: uv is not on PATH: installing it from PyPI into $(HOME)/.local/bin" \

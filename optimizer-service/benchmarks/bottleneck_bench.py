@@ -21,9 +21,9 @@ from collections import Counter
 
 import numpy as np
 
-from agg_optimizer import network
+from agg_optimizer.evaluation.scenario import SCENARIOS, run
+from agg_optimizer.model import network
 from agg_optimizer.sim.core import BACKGROUND, Simulator
-from agg_optimizer.sim.scenario import SCENARIOS, run
 
 KINDS = ("access", "fabric, other job", "fabric, background", "fabric, own streams", "not full")
 

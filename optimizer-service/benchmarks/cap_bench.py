@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from agg_optimizer.engine import solve
-from agg_optimizer.examples import example_instance
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.placement.engine import solve
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """How close is a placement's predicted CCT to the CCT the simulator then gives (issue 16, 1)?
 
-Every placement a strategy makes in a simulated run (`sim.scenario.run`: dynamic Poisson
+Every placement a strategy makes in a simulated run (`evaluation.scenario.run`: dynamic Poisson
 background with heavy-tailed sizes, moving hotspots, INT with its window and staleness,
 jobs whose compute phases differ, re-placement every 2 iterations) predicts each placed
 job's CCT two ways: `predicted_cct_s`, all placed jobs sharing the fabric on the capacity
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agg_optimizer.documents import Placement
-from agg_optimizer.sim.scenario import SCENARIOS, run
+from agg_optimizer.evaluation.scenario import SCENARIOS, run
+from agg_optimizer.model.documents import Placement
 
 DEFAULT_SCENARIOS = ["k4", "paper", "k8-ample", "k8-load0", "k8-load70", "leaf-spine"]
 DEFAULT_STRATEGIES = ["agg", "greedy", "soar", "switchml", "ps"]

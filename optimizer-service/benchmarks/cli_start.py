@@ -31,11 +31,11 @@ SOLVE_IMPORTS = (
     "typer",
     "numpy",
     "pydantic",
-    "agg_optimizer.documents",
+    "agg_optimizer.model.documents",
     "scipy.sparse",
     "scipy.sparse.csgraph",
     "highspy",
-    "agg_optimizer.engine",
+    "agg_optimizer.placement.engine",
 )
 
 _IMPORT_PROBE = """

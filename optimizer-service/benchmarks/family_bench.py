@@ -22,10 +22,10 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from agg_optimizer.documents import Instance, Link, Node, Topology
-from agg_optimizer.engine import solve
-from agg_optimizer.examples import random_jobs, random_telemetry
-from agg_optimizer.topology import fat_tree, leaf_spine
+from agg_optimizer.model.documents import Instance, Link, Node, Topology
+from agg_optimizer.model.examples import random_jobs, random_telemetry
+from agg_optimizer.model.topology import fat_tree, leaf_spine
+from agg_optimizer.placement.engine import solve
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY = ("agg-own", "agg-mm", "greedy-rr")

@@ -10,10 +10,10 @@ import argparse
 
 import numpy as np
 
-from agg_optimizer.documents import Instance
-from agg_optimizer.engine import STRATEGIES, solve
-from agg_optimizer.examples import random_jobs, random_telemetry
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.model.documents import Instance
+from agg_optimizer.model.examples import random_jobs, random_telemetry
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.placement.engine import STRATEGIES, solve
 
 
 def main() -> None:

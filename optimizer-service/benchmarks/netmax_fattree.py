@@ -49,8 +49,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from agg_optimizer import peers  # noqa: E402
-from agg_optimizer import peers_dynamics as pdyn  # noqa: E402
+from agg_optimizer.peers import calibration as pcal  # noqa: E402
+from agg_optimizer.peers import dynamics as pdyn  # noqa: E402
+from agg_optimizer.peers import selection as peers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "peers"
@@ -65,7 +66,7 @@ NETNS_MEASURED = {
 }
 
 
-def netns_runs(fast: float = 0.4, slow: float = 0.04, features: int = 200) -> list[pdyn.Run]:
+def netns_runs(fast: float = 0.4, slow: float = 0.04, features: int = 200) -> list[pcal.Run]:
     """The runs, with the pair times and plans `netmax_netns.py` computes."""
     n = 8
     bits = 8.0 * 8 * features
@@ -86,7 +87,7 @@ def netns_runs(fast: float = 0.4, slow: float = 0.04, features: int = 200) -> li
         p = None
         if policy in pdyn.GOSSIP:
             p = peers.plan(policy, names, t, kappa=kappa or peers.DEFAULT_KAPPA).probabilities
-        out.append(pdyn.Run(f"netns two racks: {label}", policy, t, 0.0, p, measured))
+        out.append(pcal.Run(f"netns two racks: {label}", policy, t, 0.0, p, measured))
     return out
 
 
@@ -130,7 +131,7 @@ def pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
 
-def calibration_md(cal: pdyn.Calibration, loo_p: list, loo_r: list, boot: dict, prof: list) -> str:
+def calibration_md(cal: pcal.Calibration, loo_p: list, loo_r: list, boot: dict, prof: list) -> str:
     out = [
         f"Fit: **a = {cal.a:.1f}, kappa = {cal.kappa:.3g}** (RMS relative error "
         f"{100 * cal.rms_rel_error:.1f}%).",
@@ -221,7 +222,7 @@ def finite(x: object) -> object:
 
 
 def plots(
-    out: Path, tag: str, summary: dict, traces: dict, cal: pdyn.Calibration, loo: list
+    out: Path, tag: str, summary: dict, traces: dict, cal: pcal.Calibration, loo: list
 ) -> None:
     """Speed-ups with CIs, one seed's timeline per fabric, and (untagged runs) the fit."""
     import matplotlib
@@ -349,7 +350,7 @@ def main() -> None:
 
     if args.write_runs:
         args.runs.parent.mkdir(parents=True, exist_ok=True)
-        doc = pdyn.runs_json(
+        doc = pcal.runs_json(
             netns_runs(),
             source="docs/peers.md, 'Measured with real processes' (netmax_netns.py): 8 "
             "workers in network namespaces, two racks of 4, 0.4 Mbit/s inside a rack and "
@@ -364,24 +365,24 @@ def main() -> None:
         )
         args.runs.write_text(text + "\n")
         print(f"wrote {args.runs}", file=sys.stderr)
-    runs = pdyn.load_runs(args.runs)
-    cal = pdyn.calibrate(runs)
-    loo_p = pdyn.leave_one_out(runs, "policy")
+    runs = pcal.load_runs(args.runs)
+    cal = pcal.calibrate(runs)
+    loo_p = pcal.leave_one_out(runs, "policy")
     several = {r.policy for r in runs if sum(q.policy == r.policy for q in runs) > 1}
     # each run of a policy with several (a policy with one run is a fold of loo_p already)
     loo_r = [
         f
-        for f in pdyn.leave_one_out(runs, "label")
+        for f in pcal.leave_one_out(runs, "label")
         if next(r.policy for r in runs if r.label == f["left_out"]) in several
     ]
-    boot = pdyn.bootstrap(runs)
-    prof = pdyn.kappa_profile(runs, [0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0])
+    boot = pcal.bootstrap(runs)
+    prof = pcal.kappa_profile(runs, [0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0])
     cal_md = calibration_md(cal, loo_p, loo_r, boot, prof)
     print("## Calibration\n\n" + cal_md + "\n")
 
     worlds = {f"calibrated (a {cal.a:.0f}, kappa {cal.kappa:.3g})": (cal.a, cal.kappa)}
     for k in [float(x) for x in args.alt_kappas.split(",") if x]:
-        alt = pdyn.calibrate(runs, kappa=k)
+        alt = pcal.calibrate(runs, kappa=k)
         worlds[
             f"kappa {alt.kappa:g} (a {alt.a:.0f} refitted, RMS error "
             f"{100 * alt.rms_rel_error:.0f}%)"

@@ -5,7 +5,7 @@ peer plans served by the optimizer service from INT-style telemetry (docs/peers.
 Eight `agg-agent gossip` workers, each in its own network namespace on one Linux bridge;
 each worker's egress is shaped per destination by `tc` (htb, one class per peer), so pair
 speeds differ. The fabric the service sees is a leaf-spine whose hosts are the workers
-(`10.77.0.<i+1>`), served by the ONOS stand-in (`sim.onos_rest`), with link utilisation
+(`10.77.0.<i+1>`), served by the ONOS stand-in (`demo.onos_rest`), with link utilisation
 written to a real InfluxDB as the INT collector writes it (`int_link`): a *hot* leaf's
 uplinks run at `--hot-util` (0.9: a tenth of their capacity left), and every pair whose
 path crosses a hot leaf's uplinks is shaped to `--slow` Mbit/s, the others to `--fast`.
@@ -50,9 +50,9 @@ import httpx
 import numpy as np
 
 from agg_agent.gossip import Problem
-from agg_optimizer.documents import Link, Node, Topology
-from agg_optimizer.sim.live import onos_json
-from agg_optimizer.sim.onos_rest import OnosRest
+from agg_optimizer.demo.live import onos_json
+from agg_optimizer.demo.onos_rest import OnosRest
+from agg_optimizer.model.documents import Link, Node, Topology
 from int_collector.influxd import InfluxServer, free_port
 
 N = 8

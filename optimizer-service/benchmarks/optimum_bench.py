@@ -1,6 +1,6 @@
 """AGG against the true optimum of the predicted CCT on small instances no test generates
-(`agg_optimizer.optimum`): leaf-spine, irregular fabrics and k=4 fat-trees with 3-4 jobs of
-3-5 workers, and irregular fabrics with 4 jobs of 4-7 workers ("irregular-busy"); slots
+(`agg_optimizer.placement.optimum`): leaf-spine, irregular fabrics and k=4 fat-trees with 3-4
+jobs of 3-5 workers, and irregular fabrics with 4 jobs of 4-7 workers ("irregular-busy"); slots
 scarce or ample, with and without background load.
 
     uv run python optimizer-service/benchmarks/optimum_bench.py [--instances 40] [--seed0 8000]
@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 from family_bench import irregular  # the script's folder is on sys.path
 
-from agg_optimizer import engine
-from agg_optimizer.context import Context
-from agg_optimizer.documents import Instance
-from agg_optimizer.examples import random_jobs, random_telemetry
-from agg_optimizer.network import Network
-from agg_optimizer.optimum import TooLarge, optimum
-from agg_optimizer.topology import fat_tree, leaf_spine
-from agg_optimizer.validation import check_instance
+from agg_optimizer.model.documents import Instance
+from agg_optimizer.model.examples import random_jobs, random_telemetry
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.topology import fat_tree, leaf_spine
+from agg_optimizer.model.validation import check_instance
+from agg_optimizer.placement import engine
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.optimum import TooLarge, optimum
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ("leaf-spine", "irregular", "ft4", "irregular-busy")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agg_optimizer.sim.evaluate import Interval
-from agg_optimizer.sim.scenario import COMPUTE_S
+from agg_optimizer.evaluation.evaluate import Interval
+from agg_optimizer.evaluation.scenario import COMPUTE_S
 from agg_optimizer.sim.training import IterationRecord, time_to_accuracy
 
 

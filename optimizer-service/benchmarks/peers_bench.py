@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 
-from agg_optimizer import peers
+from agg_optimizer.peers import selection as peers
 
 N, D, PER = 8, 20, 200  # workers, features, samples per worker
 

@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agg_optimizer.documents import Instance, Placement, Telemetry
-from agg_optimizer.engine import STRATEGIES, solve
-from agg_optimizer.examples import example_instance, random_jobs, random_telemetry
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.model.documents import Instance, Placement, Telemetry
+from agg_optimizer.model.examples import example_instance, random_jobs, random_telemetry
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.placement.engine import STRATEGIES, solve
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "placement_digest.json"
 SIZES = ("small", "medium", "large")

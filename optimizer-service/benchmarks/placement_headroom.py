@@ -23,9 +23,9 @@ import json
 import statistics
 from types import SimpleNamespace
 
-from agg_optimizer.documents import Instance, Placement
-from agg_optimizer.shared import shared_ccts
-from agg_optimizer.sim.scenario import Scenario, run
+from agg_optimizer.evaluation.scenario import Scenario, run
+from agg_optimizer.model.documents import Instance, Placement
+from agg_optimizer.placement.shared import shared_ccts
 
 
 def everywhere(inst: Instance, p: Placement) -> list[SimpleNamespace]:

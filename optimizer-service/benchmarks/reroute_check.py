@@ -1,7 +1,7 @@
 """Does AGG's re-routing ever make the CCT the placement reports worse than no re-routing?
 
 For fat-trees k=4 and k=6 with 6-12 jobs, seeds 0-11 and 256 or 512 slots per switch
-(`agg_optimizer.examples.example_instance`), solves `agg` with and without re-routing
+(`agg_optimizer.model.examples.example_instance`), solves `agg` with and without re-routing
 (`engine.REROUTE_ROUNDS` 4 and 0) and prints every instance where the weighted reported
 predicted CCT is worse with it. docs/placement-model.md cites the count.
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from agg_optimizer import engine
-from agg_optimizer.documents import Instance, Placement
-from agg_optimizer.examples import example_instance
+from agg_optimizer.model.documents import Instance, Placement
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.placement import engine
 
 
 def weighted(p: Placement, inst: Instance) -> float:

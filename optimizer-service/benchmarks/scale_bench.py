@@ -38,9 +38,9 @@ PARTS = ("validate", "network", "routing", "forest", "build_other", "highs", "do
 def child(path: str) -> None:
     """One measured solve in this fresh process; prints one JSON line."""
     t = time.perf_counter()
-    from agg_optimizer import context, engine
-    from agg_optimizer.documents import Instance
-    from agg_optimizer.network import Network
+    from agg_optimizer.model.documents import Instance
+    from agg_optimizer.model.network import Network
+    from agg_optimizer.placement import context, engine
 
     imported = time.perf_counter() - t
     t = time.perf_counter()
@@ -128,7 +128,7 @@ def _ps_switches(inst) -> set[str]:  # type: ignore[no-untyped-def]
 def write_instance(k: int, n: int, seed: int, folder: Path) -> Path:
     path = folder / f"k{k}-j{n}-s{seed}.json"
     if not path.exists():
-        from agg_optimizer.examples import example_instance
+        from agg_optimizer.model.examples import example_instance
 
         inst = example_instance(k, n, seed)
         path.write_text(inst.model_dump_json(exclude_defaults=False))

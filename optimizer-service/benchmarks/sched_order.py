@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agg_optimizer.sim.evaluate import Interval
-from agg_optimizer.sim.scenario import COMPUTE_S, Scenario, run
+from agg_optimizer.evaluation.evaluate import Interval
+from agg_optimizer.evaluation.scenario import COMPUTE_S, Scenario, run
 from agg_optimizer.sim.training import time_to_accuracy
 
 FABRIC = dict(

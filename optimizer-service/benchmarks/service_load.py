@@ -1,7 +1,7 @@
 """Latency of the optimizer service under concurrent clients, end to end over real HTTP.
 
 `agg-optimizer serve` (its own process, uvicorn, control loop off) against a real InfluxDB
-1.8.10 holding INT link state and the ONOS REST API served by `sim.onos_rest.OnosRest` for a
+1.8.10 holding INT link state and the ONOS REST API served by `demo.onos_rest.OnosRest` for a
 k=4 fat-tree (20 switches, 16 hosts) with 6 jobs placed. Each of N clients sends dry-run
 placements of every job (`POST /api/v1/placements {"dry_run": true}`) back to back for
 `--seconds`; printed per N: requests/s, p50/p95/p99 latency and errors, as the table of
@@ -32,10 +32,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from agg_optimizer.examples import random_jobs
-from agg_optimizer.sim.live import host_ips, onos_json
-from agg_optimizer.sim.onos_rest import OnosRest
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.demo.live import host_ips, onos_json
+from agg_optimizer.demo.onos_rest import OnosRest
+from agg_optimizer.model.examples import random_jobs
+from agg_optimizer.model.topology import fat_tree
 from int_collector.influxd import InfluxServer
 
 

@@ -3,7 +3,7 @@ clients and the time of one control-loop pass, on a fat-tree that holds the jobs
 distinct hosts.
 
 As `service_load.py`: `agg-optimizer serve` in its own process (uvicorn, control loop off)
-against a real InfluxDB 1.8.10 and the ONOS REST stand-in `sim.onos_rest.OnosRest` (in this
+against a real InfluxDB 1.8.10 and the ONOS REST stand-in `demo.onos_rest.OnosRest` (in this
 process) presenting a k-ary fat-tree (k=64: 5,120 switches, 65,536 hosts), INT link state
 for every switch port in InfluxDB. Steps, each timed:
 
@@ -49,9 +49,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from agg_optimizer.sim.live import host_ips, onos_json
-from agg_optimizer.sim.onos_rest import OnosRest
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.demo.live import host_ips, onos_json
+from agg_optimizer.demo.onos_rest import OnosRest
+from agg_optimizer.model.topology import fat_tree
 from int_collector.influxd import InfluxServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -357,8 +357,9 @@ def main() -> None:
         for k, v in env.items():
             if k.startswith("AGG_OPTIMIZER_"):
                 os.environ[k] = v
-        from agg_optimizer.service import core, loop
+        from agg_optimizer.service import loop, planner
         from agg_optimizer.service.core import Service
+        from agg_optimizer.service.planner import Planner
         from agg_optimizer.service.settings import Settings
 
         spent: dict[str, float] = {}
@@ -377,15 +378,15 @@ def main() -> None:
         # solve(s) (engine.solve, inside compute), the hysteresis check, the moves
         Service.view = timed("view", Service.view)
         Service.reconcile = timed("reconcile", Service.reconcile)
-        Service.compute = timed("compute", Service.compute)
-        core.solve = timed("engine_solve", core.solve)
+        Planner.compute = timed("compute", Planner.compute)
+        planner.solve = timed("engine_solve", planner.solve)
         loop.ControlLoop.worth_moving = timed("worth_moving", loop.ControlLoop.worth_moving)
         Service._apply = timed("apply", Service._apply)
         svc = Service(Settings())
         svc.ownership.check()  # the owner claim the app's start-up takes (ownership.py)
         passes = []
         for _ in range(args.passes):
-            svc._view = None  # a fresh view, as a pass after the view's age would fetch
+            svc.views.forget()  # a fresh view, as a pass after the view's age would fetch
             spent.clear()
             t = time.perf_counter()
             out = svc.step()

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from agg_optimizer import agg, engine
-from agg_optimizer.context import Context
-from agg_optimizer.documents import Instance
-from agg_optimizer.examples import random_jobs, random_telemetry
-from agg_optimizer.flow_lp import FlowLP, solve_milp, solve_networkx
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.model.documents import Instance
+from agg_optimizer.model.examples import random_jobs, random_telemetry
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.placement import agg, engine
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.flow_lp import FlowLP, solve_milp, solve_networkx
 
 
 def instance(k: int, n_jobs: int, seed: int = 0) -> Instance:

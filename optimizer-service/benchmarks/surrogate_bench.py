@@ -17,8 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from agg_optimizer.sim.scenario import SCENARIOS
-from agg_optimizer.sim.validity import surrogate_validity
+from agg_optimizer.evaluation.scenario import SCENARIOS
+from agg_optimizer.evaluation.validity import surrogate_validity
 
 CASES = [
     ("k4", {}),

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agg_optimizer.documents import Link, Node, Topology
+from agg_optimizer.model.documents import Link, Node, Topology
 from agg_optimizer.service.telemetry import TelemetryReader, _merge
 from int_collector.influxd import InfluxServer
 from int_collector.wire import Flow, Hop, int_md_v2, report_v2, udp_int_packet

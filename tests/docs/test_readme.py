@@ -101,7 +101,7 @@ def test_every_command_is_covered() -> None:
 
 
 def test_the_strategy_list_is_the_engines() -> None:
-    from agg_optimizer.engine import STRATEGIES
+    from agg_optimizer.placement.engine import STRATEGIES
 
     text = README.read_text()
     para = text[text.index("Strategies: ") :].split("\n\n", 1)[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agg_optimizer.closedloop import LoopConfig, run
+from agg_optimizer.demo.closedloop import LoopConfig, run
 from int_collector.influxd import default_binary
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from agg_optimizer.flow_lp import FlowProblem, _segments, switch_pools
+from agg_optimizer.placement.flow_lp import FlowProblem, _segments, switch_pools
 
 
 def random_problem(seed: int, *, uniform_pool: bool = True, facility: bool = False) -> FlowProblem:

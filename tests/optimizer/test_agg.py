@@ -12,14 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agg_optimizer import agg, engine, exact
-from agg_optimizer.context import Context
-from agg_optimizer.documents import Instance
-from agg_optimizer.engine import STRATEGIES, solve
-from agg_optimizer.examples import example_instance, random_jobs, random_telemetry
-from agg_optimizer.flow_lp import NotTotallyUnimodular, solve_lp, solve_milp, solve_networkx
-from agg_optimizer.network import evaluate
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.model.documents import Instance
+from agg_optimizer.model.examples import example_instance, random_jobs, random_telemetry
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.model.trees import evaluate
+from agg_optimizer.placement import agg, engine, exact
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.engine import STRATEGIES, solve
+from agg_optimizer.placement.flow_lp import (
+    NotTotallyUnimodular,
+    solve_lp,
+    solve_milp,
+    solve_networkx,
+)
 
 seeds = st.integers(min_value=0, max_value=10_000)
 
@@ -51,8 +56,8 @@ def test_large_path_routes_read_the_checked_positions_as_the_names(seed):
     positions (`check_instance`'s `Checked.jobs`, or `JobNodes.of`): the roots are the
     PS switches by name, each job routes on its PS switch's row, every worker's path to it
     is on that row, and the forest is the same with or without the checked positions."""
-    from agg_optimizer.context import SHARED_ROUTING_MAX_JOBS
-    from agg_optimizer.validation import check_instance
+    from agg_optimizer.model.validation import check_instance
+    from agg_optimizer.placement.context import SHARED_ROUTING_MAX_JOBS
 
     inst = example_instance(8, SHARED_ROUTING_MAX_JOBS + 20, seed)
     given = Context(inst, nodes=check_instance(inst).jobs)
@@ -130,7 +135,7 @@ def test_agg_is_the_best_of_its_family():
     """On instances where a member of AGG's family beat the LP with re-routing (a scarce
     k=8 fat-tree: agg-own, greedy-rr; leaf-spine: agg-mm), AGG returns that member's
     placement; everywhere its weighted predicted CCT is no member's above."""
-    from agg_optimizer.topology import leaf_spine
+    from agg_optimizer.model.topology import leaf_spine
 
     cases = [example_instance(8, 10, seed, slots=128, workers=(3, 12)) for seed in (0, 1)]
     cases += [example_instance(4, 8, seed, topology=leaf_spine(3, 5, 4, uplink_gbps=25.0,
@@ -258,10 +263,11 @@ def test_k32_with_1000_jobs_gives_an_integral_feasible_placement():
 
 @pytest.mark.parametrize("strategy", ["agg", "ps", "sharp", "soar"])
 def test_cct_of_a_given_placement_matches_the_prediction(strategy: str) -> None:
-    """`network.cct_of` (the service loop's judge of the applied placement) gives a one-job
+    """`trees.cct_of` (the service loop's judge of the applied placement) gives a one-job
     placement the CCT the solver predicted for it, and refuses paths that left the fabric."""
-    from agg_optimizer.examples import example_instance
-    from agg_optimizer.network import Network, cct_of
+    from agg_optimizer.model.examples import example_instance
+    from agg_optimizer.model.network import Network
+    from agg_optimizer.model.trees import cct_of
 
     inst = example_instance(4, 1, 3)
     (jp,) = solve(inst, strategy).jobs
@@ -280,10 +286,10 @@ def test_a_binding_cap_does_not_leave_agg_above_greedy_and_the_milp() -> None:
     at a rack switch and a core, where a pod switch and the core is better): AGG's mean
     CCT was 10.3% above greedy's and the MILP's. With the second descent from greedy's
     choice it meets the exact optimum here, and is never above greedy on its own trees."""
-    from agg_optimizer.baselines import int_greedy
-    from agg_optimizer.context import Context
-    from agg_optimizer.engine import solve
-    from agg_optimizer.examples import example_instance
+    from agg_optimizer.model.examples import example_instance
+    from agg_optimizer.placement.baselines import int_greedy
+    from agg_optimizer.placement.context import Context
+    from agg_optimizer.placement.engine import solve
 
     inst = example_instance(6, 10, 7011)
     for j in inst.jobs:

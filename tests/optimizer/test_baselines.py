@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agg_optimizer import baselines
-from agg_optimizer.context import Context
-from agg_optimizer.documents import Instance, Job
-from agg_optimizer.engine import solve
-from agg_optimizer.examples import example_instance
-from agg_optimizer.network import evaluate
-from agg_optimizer.topology import leaf_spine
+from agg_optimizer.model.documents import Instance, Job
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.model.topology import leaf_spine
+from agg_optimizer.model.trees import evaluate
+from agg_optimizer.placement import baselines
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.engine import solve
 
 # leaf-spine: PS on l0 with two local workers, two workers on l1, one on l2
 WORKERS = ["h0_1", "h0_2", "h1_0", "h1_1", "h2_0"]

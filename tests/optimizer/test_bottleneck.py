@@ -8,12 +8,12 @@ import itertools
 import numpy as np
 import pytest
 
-from agg_optimizer import agg, bottleneck
-from agg_optimizer.context import Context
-from agg_optimizer.engine import solve
-from agg_optimizer.examples import example_instance
-from agg_optimizer.flow_lp import switch_pools
-from agg_optimizer.network import evaluate
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.model.trees import evaluate
+from agg_optimizer.placement import agg, bottleneck
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.engine import solve
+from agg_optimizer.placement.flow_lp import switch_pools
 
 MAX_COMBOS = 20_000
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from agg_optimizer.documents import Instance, Placement
-from agg_optimizer.engine import STRATEGIES
+from agg_optimizer.model.documents import Instance, Placement
+from agg_optimizer.placement.engine import STRATEGIES
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from agg_optimizer.cli import STRATEGY_NAMES
-from agg_optimizer.documents import Instance, Placement
-from agg_optimizer.engine import STRATEGIES, solve
+from agg_optimizer.model.documents import Instance, Placement
+from agg_optimizer.placement.engine import STRATEGIES, solve
 
 
 def cli(*args: str, hash_seed: str | None = None) -> subprocess.CompletedProcess:
@@ -111,7 +111,7 @@ def test_click_usage_errors_take_the_same_one_line_form() -> None:
 
 
 def test_schema_scenario_describes_what_evaluate_reads() -> None:
-    from agg_optimizer.sim.scenario import Scenario
+    from agg_optimizer.evaluation.scenario import Scenario
 
     r = cli("schema", "scenario")
     assert r.returncode == 0, r.stderr

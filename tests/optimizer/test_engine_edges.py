@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agg_optimizer.documents import Instance, Telemetry
-from agg_optimizer.engine import STRATEGIES, solve
-from agg_optimizer.examples import example_instance
+from agg_optimizer.model.documents import Instance, Telemetry
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.placement.engine import STRATEGIES, solve
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
@@ -87,7 +87,7 @@ def test_re_routing_never_makes_the_reported_cct_worse(monkeypatch: pytest.Monke
     job alone, and the shared figure the placement reports was 3.8% worse than without
     re-routing (9 of 96 such instances were worse). Kept only when the reported one is
     better."""
-    from agg_optimizer import engine
+    from agg_optimizer.placement import engine
 
     inst = example_instance(k=4, n_jobs=10, seed=11, slots=256)
 

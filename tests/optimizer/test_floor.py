@@ -1,4 +1,4 @@
-"""The network bound (`network.floor_cct`) beside every placement: no strategy's predicted
+"""The network bound (`trees.floor_cct`) beside every placement: no strategy's predicted
 CCT is below it, and a job that a switch sums at its PS's own switch reaches it up to its
 path latency."""
 
@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from agg_optimizer.documents import Instance, Job, Link, Node, Telemetry, Topology
-from agg_optimizer.engine import STRATEGIES, solve
-from agg_optimizer.examples import example_instance
-from agg_optimizer.network import Network, floor_cct
-from agg_optimizer.shared import EXACT_MAX_JOBS
-from agg_optimizer.topology import leaf_spine
+from agg_optimizer.model.documents import Instance, Job, Link, Node, Telemetry, Topology
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.topology import leaf_spine
+from agg_optimizer.model.trees import floor_cct
+from agg_optimizer.placement.engine import STRATEGIES, solve
+from agg_optimizer.placement.shared import EXACT_MAX_JOBS
 
 
 @pytest.mark.parametrize(

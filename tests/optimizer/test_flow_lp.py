@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from agg_optimizer import flow_lp
-from agg_optimizer.flow_lp import (
+from agg_optimizer.placement import flow_lp
+from agg_optimizer.placement.flow_lp import (
     FlowLP,
     FlowNetwork,
     FlowProblem,

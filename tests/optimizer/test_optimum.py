@@ -10,14 +10,14 @@ from unittest.mock import patch
 import numpy as np
 import pytest
 
-from agg_optimizer import engine
-from agg_optimizer.context import Context
-from agg_optimizer.documents import SolverStats
-from agg_optimizer.examples import example_instance
-from agg_optimizer.network import build_tree, evaluate
-from agg_optimizer.optimum import LinkBound, optimum, route_trees
-from agg_optimizer.polish import Judge, Moves, polish
-from agg_optimizer.topology import leaf_spine
+from agg_optimizer.model.documents import SolverStats
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.model.topology import leaf_spine
+from agg_optimizer.model.trees import build_tree, evaluate
+from agg_optimizer.placement import engine
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.optimum import LinkBound, optimum, route_trees
+from agg_optimizer.placement.polish import Judge, Moves, polish
 
 from .test_agg import _check_feasible
 
@@ -137,7 +137,7 @@ def test_the_link_bound_is_below_every_choice(seed):
     ctx = Context(inst)
     judge = Judge.of(ctx)
     moves = Moves(ctx)
-    from agg_optimizer.optimum import _options
+    from agg_optimizer.placement.optimum import _options
 
     opts = {j.id: _options(ctx, j, route_trees(ctx, moves, j)) for j in ctx.jobs}
     bound = LinkBound.of(judge, list(ctx.jobs), opts)
@@ -231,7 +231,7 @@ def test_the_cli_writes_the_optimum_and_sets_agg_beside_it(tmp_path):
     assert r.returncode == 0, r.stderr
     r = cli("optimum", str(inst_path), "-o", str(tmp_path / "opt.json"))
     assert r.returncode == 0, r.stderr
-    from agg_optimizer.documents import Instance, Placement
+    from agg_optimizer.model.documents import Instance, Placement
 
     inst = Instance.model_validate_json(inst_path.read_text())
     best = Placement.model_validate_json((tmp_path / "opt.json").read_text())

@@ -1,4 +1,4 @@
-"""NetMax peer selection (agg_optimizer.peers, docs/peers.md): the probabilities are a
+"""NetMax peer selection (agg_optimizer.peers.selection, docs/peers.md): the probabilities are a
 distribution per worker that respects the fabric, reduce to uniform on a uniform fabric,
 move towards fast links when one slows, never model worse than uniform peers, and reach
 the optimum a brute-force search finds; gossip averaging with them converges to the
@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agg_optimizer import peers
-from agg_optimizer.documents import Instance, Job, LinkTelemetry, Telemetry
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.model.documents import Instance, Job, LinkTelemetry, Telemetry
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.peers import selection as peers
 
 W = [f"w{i}" for i in range(8)]
 

@@ -1,4 +1,4 @@
-"""NetMax on a changing fabric (agg_optimizer.peers_dynamics, docs/peers.md): the
+"""NetMax on a changing fabric (agg_optimizer.peers.dynamics, docs/peers.md): the
 calibration recovers the model it was given, progress integrates as computed by hand,
 NetMax equals uniform peers on a uniform fabric, re-planning beats a stale plan when a
 hotspot lands on the links that plan favours, and the fat-tree's hotspots move and slow
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agg_optimizer import peers
-from agg_optimizer import peers_dynamics as pdyn
+from agg_optimizer.peers import calibration as pcal
+from agg_optimizer.peers import dynamics as pdyn
+from agg_optimizer.peers import selection as peers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +44,7 @@ def _uniform(n: int, v: float) -> np.ndarray:
     return t
 
 
-def _synthetic_runs(a: float, kappa: float, noise: float = 0.0, seed: int = 0) -> list[pdyn.Run]:
+def _synthetic_runs(a: float, kappa: float, noise: float = 0.0, seed: int = 0) -> list[pcal.Run]:
     """Runs whose times the model itself generates (times a seed's noise)."""
     rng = np.random.default_rng(seed)
     names = [f"w{i}" for i in range(8)]
@@ -59,8 +60,8 @@ def _synthetic_runs(a: float, kappa: float, noise: float = 0.0, seed: int = 0) -
             cases.append(("netmax", peers.plan("netmax", names, t, 0.01, kappa=k).probabilities))
         cases += [("allreduce", None), ("ps", None), ("prague", None)]
         for policy, p in cases:
-            run = pdyn.Run(f"{fname} {policy} {len(out)}", policy, t, 0.01, p, [1.0])
-            x1, x2 = pdyn.model_terms(run)
+            run = pcal.Run(f"{fname} {policy} {len(out)}", policy, t, 0.01, p, [1.0])
+            x1, x2 = pcal.model_terms(run)
             true = a * (x1 + kappa * x2)
             run.measured_s = [true * (1 + noise * rng.standard_normal()) for _ in range(3)]
             out.append(run)
@@ -70,54 +71,54 @@ def _synthetic_runs(a: float, kappa: float, noise: float = 0.0, seed: int = 0) -
 @pytest.mark.parametrize(("a", "kappa"), [(500.0, 0.3), (1200.0, 1.0), (80.0, 0.0), (40.0, 4.0)])
 def test_calibration_recovers_a_and_kappa_from_the_models_own_runs(a: float, kappa: float) -> None:
     runs = _synthetic_runs(a, kappa)
-    cal = pdyn.calibrate(runs)
+    cal = pcal.calibrate(runs)
     assert cal.a == pytest.approx(a, rel=1e-6)
     assert cal.kappa == pytest.approx(kappa, rel=1e-6, abs=1e-9)
     assert cal.rms_rel_error < 1e-8
-    for fold in pdyn.leave_one_out(runs, "policy"):
+    for fold in pcal.leave_one_out(runs, "policy"):
         for r in fold["rows"]:
             assert abs(r["rel_error"]) < 1e-6, (fold["left_out"], r)
 
 
 def test_calibration_with_noise_stays_close() -> None:
     runs = _synthetic_runs(700.0, 0.5, noise=0.05, seed=3)
-    cal = pdyn.calibrate(runs)
+    cal = pcal.calibrate(runs)
     assert cal.a == pytest.approx(700.0, rel=0.1)
     assert cal.kappa == pytest.approx(0.5, rel=0.25)
-    boot = pdyn.bootstrap(runs, n=200)
+    boot = pcal.bootstrap(runs, n=200)
     assert boot["kappa"][0] <= 0.5 <= boot["kappa"][2]
 
 
 def test_fixed_kappa_fits_a_only() -> None:
     runs = _synthetic_runs(300.0, 1.0)
-    assert pdyn.calibrate(runs, kappa=1.0).a == pytest.approx(300.0, rel=1e-9)
-    worse = pdyn.calibrate(runs, kappa=0.0)
+    assert pcal.calibrate(runs, kappa=1.0).a == pytest.approx(300.0, rel=1e-9)
+    worse = pcal.calibrate(runs, kappa=0.0)
     assert worse.kappa == 0.0 and worse.rms_rel_error > 0.05
 
 
 def test_runs_file_round_trips_and_netmax_needs_its_plan(tmp_path: Path) -> None:
     runs = _synthetic_runs(100.0, 0.2)
     path = tmp_path / "runs.json"
-    path.write_text(json.dumps(pdyn.runs_json(runs, note="synthetic")))
-    back = pdyn.load_runs(path)
+    path.write_text(json.dumps(pcal.runs_json(runs, note="synthetic")))
+    back = pcal.load_runs(path)
     assert [r.label for r in back] == [r.label for r in runs]
-    assert pdyn.calibrate(back).kappa == pytest.approx(0.2, rel=1e-6)
+    assert pcal.calibrate(back).kappa == pytest.approx(0.2, rel=1e-6)
     doc = json.loads(path.read_text())
     netmax = next(r for r in doc["runs"] if r["policy"] == "netmax")
     netmax["probabilities"] = None
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="needs the probabilities it used"):
-        pdyn.calibrate(pdyn.load_runs(path))
+        pcal.calibrate(pcal.load_runs(path))
     doc["runs"][0]["measured_s"] = []
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"runs\[0\].*measured_s"):
-        pdyn.load_runs(path)
+        pcal.load_runs(path)
 
 
 def test_the_recorded_real_process_runs_load_and_fit() -> None:
-    runs = pdyn.load_runs(ROOT / "docs" / "peers" / "calibration-runs.json")
+    runs = pcal.load_runs(ROOT / "docs" / "peers" / "calibration-runs.json")
     assert {r.policy for r in runs} >= {"adpsgd", "netmax", "allreduce"}
-    cal = pdyn.calibrate(runs)
+    cal = pcal.calibrate(runs)
     assert cal.a > 0 and cal.kappa >= 0
     assert all(abs(r["rel_error"]) < 0.5 for r in cal.rows)
 
@@ -285,10 +286,10 @@ def test_fat_tree_hotspots_move_every_period_and_slow_the_pairs_they_sit_between
 # --- runs whose fabric changes --------------------------------------------------------------
 
 
-def _phased(policy: str, p0: np.ndarray | None, p1: np.ndarray | None) -> pdyn.Run:
+def _phased(policy: str, p0: np.ndarray | None, p1: np.ndarray | None) -> pcal.Run:
     before, after = _racks(8, 0.03, 0.3), _racks(8, 0.3, 0.03)
-    phases = [pdyn.Phase(0.0, before, p0), pdyn.Phase(4.0, after, p1)]
-    return pdyn.Run(
+    phases = [pcal.Phase(0.0, before, p0), pcal.Phase(4.0, after, p1)]
+    return pcal.Run(
         f"moving {policy} {p1 is not None}", policy, before, 0.0, p0, [1.0], phases=phases
     )
 
@@ -311,7 +312,7 @@ def test_a_phased_runs_predicted_time_is_the_integrated_one() -> None:
     out = pdyn.integrate(segs, w, pols, {"w": (a, kappa)})["w"]
     for name, run in runs.items():
         assert out[name].finished and out[name].time_s > 4.0, name
-        assert pdyn.predict_time(run, a, kappa) == pytest.approx(out[name].time_s, rel=1e-9), name
+        assert pcal.predict_time(run, a, kappa) == pytest.approx(out[name].time_s, rel=1e-9), name
 
 
 def test_calibration_recovers_a_and_kappa_from_phased_runs() -> None:
@@ -326,12 +327,12 @@ def test_calibration_recovers_a_and_kappa_from_phased_runs() -> None:
         runs[-1].label += f" {k}"
     runs += [_phased(k, None, None) for k in ("adpsgd", "allreduce", "ps", "prague")]
     for r in runs:
-        r.measured_s = [pdyn.predict_time(r, a, kappa)]
-    assert any(pdyn.predict_time(r, a, kappa) > 4.0 for r in runs if r.phases)
-    cal = pdyn.calibrate(runs)
+        r.measured_s = [pcal.predict_time(r, a, kappa)]
+    assert any(pcal.predict_time(r, a, kappa) > 4.0 for r in runs if r.phases)
+    cal = pcal.calibrate(runs)
     assert cal.a == pytest.approx(a, rel=1e-4)
     assert cal.kappa == pytest.approx(kappa, rel=1e-4)
-    folds = pdyn.leave_one_out(runs, "label")
+    folds = pcal.leave_one_out(runs, "label")
     assert max(abs(r["rel_error"]) for f in folds for r in f["rows"]) < 1e-3
 
 
@@ -340,14 +341,14 @@ def test_phased_runs_round_trip_through_the_file(tmp_path: Path) -> None:
     p0 = peers.plan("netmax", w, _racks(8, 0.03, 0.3), kappa=0.1).probabilities
     p1 = peers.plan("netmax", w, _racks(8, 0.3, 0.03), kappa=0.1).probabilities
     runs = [_phased("netmax", p0, p1), _phased("ps", None, None)]
-    doc = pdyn.runs_json(runs)
+    doc = pcal.runs_json(runs)
     for r in doc["runs"]:  # a file may give the first phase only in "phases"
         r["t"] = r["probabilities"] = None
     (tmp_path / "r.json").write_text(json.dumps(doc))
-    back = pdyn.load_runs(tmp_path / "r.json")
+    back = pcal.load_runs(tmp_path / "r.json")
     for r, b in zip(runs, back, strict=True):
-        assert pdyn.predict_time(b, 200.0, 0.3) == pytest.approx(pdyn.predict_time(r, 200.0, 0.3))
+        assert pcal.predict_time(b, 200.0, 0.3) == pytest.approx(pcal.predict_time(r, 200.0, 0.3))
     doc["runs"][0]["phases"][1]["start_s"] = 0.0
     (tmp_path / "r.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"runs\[0\].*phases: start_s"):
-        pdyn.load_runs(tmp_path / "r.json")
+        pcal.load_runs(tmp_path / "r.json")

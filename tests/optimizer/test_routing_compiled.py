@@ -1,4 +1,4 @@
-"""The compiled, threaded routing search for many roots (`agg_optimizer.shortest_paths`),
+"""The compiled, threaded routing search for many roots (`agg_optimizer.model.shortest_paths`),
 its kernel in C and its kernel in numba each, against scipy's Dijkstra, and the network's
 link arrays against a plain dict built from the telemetry (the speed-ups of issue 33 must
 not change what the engine routes on)."""
@@ -15,10 +15,11 @@ import pytest
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
-from agg_optimizer import engine, shortest_paths
-from agg_optimizer.documents import DEFAULT_LINK_LATENCY_US
-from agg_optimizer.examples import example_instance
-from agg_optimizer.network import RESIDUAL_FLOOR, Network
+from agg_optimizer.model import shortest_paths
+from agg_optimizer.model.documents import DEFAULT_LINK_LATENCY_US
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.model.network import RESIDUAL_FLOOR, Network
+from agg_optimizer.placement import engine
 
 
 def _graph(n: int, m: int, seed: int, integer: bool = False) -> csr_matrix:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from agg_optimizer.documents import Instance, Job, LinkTelemetry, Telemetry
-from agg_optimizer.engine import solve
-from agg_optimizer.examples import example_instance
-from agg_optimizer.shared import EXACT_MAX_JOBS
-from agg_optimizer.topology import fat_tree
+from agg_optimizer.model.documents import Instance, Job, LinkTelemetry, Telemetry
+from agg_optimizer.model.examples import example_instance
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.placement.engine import solve
+from agg_optimizer.placement.shared import EXACT_MAX_JOBS
 
 
 def _two_jobs(same: bool) -> Instance:

@@ -8,9 +8,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from agg_optimizer.documents import Instance, Job
-from agg_optimizer.engine import solve
-from agg_optimizer.topology import fat_tree, from_onos, leaf_spine, to_networkx
+from agg_optimizer.model.documents import Instance, Job
+from agg_optimizer.model.topology import fat_tree, from_onos, leaf_spine, to_networkx
+from agg_optimizer.placement.engine import solve
 
 ONOS = Path(__file__).parent.parent / "fixtures" / "onos"
 

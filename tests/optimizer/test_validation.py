@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agg_optimizer.documents import (
+from agg_optimizer.model.documents import (
     Instance,
     Job,
     Link,
@@ -17,8 +17,8 @@ from agg_optimizer.documents import (
     SlotPool,
     Topology,
 )
-from agg_optimizer.topology import fat_tree
-from agg_optimizer.validation import InstanceError, check_instance
+from agg_optimizer.model.topology import fat_tree
+from agg_optimizer.model.validation import InstanceError, check_instance
 
 
 def _inst(**job_kw) -> Instance:
@@ -76,8 +76,8 @@ def test_a_bad_job_among_good_ones_is_named(kw, field, text):
 def test_the_checked_ends_are_the_networks_own() -> None:
     """check_instance hands Network.from_instance the link and telemetry ends it read; the
     network compiled with them is the one compiled without."""
-    from agg_optimizer.examples import example_instance
-    from agg_optimizer.network import Network
+    from agg_optimizer.model.examples import example_instance
+    from agg_optimizer.model.network import Network
 
     inst = example_instance(4, 6, 1)
     checked = check_instance(inst)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agg_optimizer.scheduling import POLICIES, Demand, bssi, schedule, to_classes
+from agg_optimizer.scheduling.policies import POLICIES, Demand, bssi, schedule, to_classes
 
 
 def one_link(sizes: dict[str, float], **kw) -> list[Demand]:
@@ -107,7 +107,7 @@ def test_grouper_keeps_a_cojobs_trials_together_and_its_stages_in_order() -> Non
 def test_grouper_never_puts_a_later_stage_before_an_earlier_one() -> None:
     # without precedence, A's huge current stage would go last behind its own small later
     # stage; with it, A's stages stay a chain (the later unit only ranks the cojob)
-    from agg_optimizer.scheduling import _grouper
+    from agg_optimizer.scheduling.policies import _grouper
 
     ds = [Demand("a1", {"L": 100.0}, cojob="A"), Demand("b1", {"L": 1.0}, cojob="B")]
     order = _grouper(ds, stage_rounds={("A", 1): 1, ("B", 1): 1})
@@ -146,10 +146,10 @@ def test_fair_puts_everyone_in_one_class_and_bad_input_names_the_field() -> None
 def test_demands_come_from_the_placement_trees() -> None:
     """A k=4 fat-tree job summed at one switch: the links below it carry one stream per
     worker, the links above it one stream; PS-only: the PS's downlink carries them all."""
-    from agg_optimizer.documents import Instance, Job
-    from agg_optimizer.engine import solve
-    from agg_optimizer.scheduling import demands_from
-    from agg_optimizer.topology import fat_tree
+    from agg_optimizer.model.documents import Instance, Job
+    from agg_optimizer.model.topology import fat_tree
+    from agg_optimizer.placement.engine import solve
+    from agg_optimizer.scheduling.policies import demands_from
 
     topo = fat_tree(4)
     hosts = [n.id for n in topo.nodes if n.kind == "host"]

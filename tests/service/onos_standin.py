@@ -1,4 +1,4 @@
-"""The ONOS stand-in of the service tests: `agg_optimizer.sim.onos_rest.OnosRest` (the part of
+"""The ONOS stand-in of the service tests: `agg_optimizer.demo.onos_rest.OnosRest` (the part of
 ONOS 2.7's REST API the service uses, over real HTTP) serving the recorded bodies of a real
 ONOS under `tests/fixtures/onos`; the aggregation app's resource answers 404 (not installed)
 unless a test sets `aggregation` to a dict (the service tests' `onos` fixture does).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agg_optimizer.sim.onos_rest import APP_ID_NOT_FOUND, PIPECONF, OnosRest
+from agg_optimizer.demo.onos_rest import APP_ID_NOT_FOUND, PIPECONF, OnosRest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onos"
 

@@ -8,7 +8,7 @@ import itertools
 
 from fastapi.testclient import TestClient
 
-from agg_optimizer.documents import LinkTelemetry, Telemetry
+from agg_optimizer.model.documents import LinkTelemetry, Telemetry
 from agg_optimizer.service.core import Service, View
 from agg_optimizer.service.telemetry import Snapshot
 

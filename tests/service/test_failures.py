@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from agg_optimizer.engine import STRATEGIES
+from agg_optimizer.placement.engine import STRATEGIES
 from agg_optimizer.service.applier import Killed
 from agg_optimizer.service.core import Service
 from agg_optimizer.service.onos import intent_digest

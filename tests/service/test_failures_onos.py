@@ -186,9 +186,9 @@ def move(svc: Service, spine_ids: set[str]) -> None:
             "links": [ln for ln in view.topology.links if s not in (ln.src, ln.dst)],
         }
     )
-    strat, placement = svc.compute(View(topo, view.hosts, view.devices, view.snapshot), ["jf"])[
-        "jf"
-    ]
+    strat, placement = svc.planner.compute(
+        View(topo, view.hosts, view.devices, view.snapshot), ["jf"]
+    )["jf"]
     (jp,) = placement.jobs
     with svc.apply_lock:
         svc._apply(view, svc.store.job("jf"), strat, jp, "test")

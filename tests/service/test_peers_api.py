@@ -59,8 +59,8 @@ def test_a_plan_follows_the_telemetry_and_pollers_share_one_solve(
     from influxdb_client import InfluxDBClient, Point, WritePrecision
     from influxdb_client.client.write_api import SYNCHRONOUS
 
-    import agg_optimizer.peers as peers_mod
-    import agg_optimizer.service.core as core_mod
+    import agg_optimizer.peers.selection as peers_mod
+    import agg_optimizer.service.views as views_mod
     from agg_optimizer.service.app import create_app
 
     for i, d in enumerate(onos.devices["devices"]):
@@ -71,7 +71,7 @@ def test_a_plan_follows_the_telemetry_and_pollers_share_one_solve(
     settings = settings.model_copy(update={"view_max_age_s": 0.3})
     skew = [0.0]
 
-    class Clock:  # core's `time`, with monotonic() moved on by `skew`
+    class Clock:  # views.py's `time`, with monotonic() moved on by `skew`
         def __getattr__(self, name: str):
             return getattr(time, name)
 
@@ -79,7 +79,7 @@ def test_a_plan_follows_the_telemetry_and_pollers_share_one_solve(
         def monotonic() -> float:
             return time.monotonic() + skew[0]
 
-    monkeypatch.setattr(core_mod, "time", Clock())
+    monkeypatch.setattr(views_mod, "time", Clock())
     app = create_app(settings, loop=False)
     solves = []
     real_plan = peers_mod.plan

@@ -23,8 +23,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agg_optimizer.documents import JobPlacement, SlotPool
-from agg_optimizer.pools import doc_claims, overlaps
+from agg_optimizer.model.documents import JobPlacement, SlotPool
+from agg_optimizer.model.pools import doc_claims, overlaps
 from agg_optimizer.service.errors import PoolConflict
 from agg_optimizer.service.loop import ControlLoop
 from agg_optimizer.service.store import Store
@@ -51,7 +51,7 @@ def test_a_mover_dropped_after_the_re_solve_keeps_its_pools_from_the_other_mover
     docs = {j: svc.store.current(j)["placement"] for j in "abc"}
     assert all(d["aggregators"] for d in docs.values())
     assert_disjoint(*(pools(client, j) for j in "abc"))
-    real = svc.compute
+    real = svc.planner.compute
     calls: list[list[str]] = []
 
     def compute(view: Any, ids: Any, strategy: Any = None, unplaceable: Any = None) -> Any:
@@ -71,7 +71,7 @@ def test_a_mover_dropped_after_the_re_solve_keeps_its_pools_from_the_other_mover
         judged[job["id"]] = judged.get(job["id"], 0) + 1
         return job["id"] == "a" or (job["id"] == "c" and judged["c"] == 1)
 
-    monkeypatch.setattr(svc, "compute", compute)
+    monkeypatch.setattr(svc.planner, "compute", compute)
     monkeypatch.setattr(svc, "_worth_moving", worth)
     out = svc.step()
     assert calls[:2] == [["a", "b", "c"], ["a", "c"]], calls
@@ -105,16 +105,17 @@ class _Store:
 
 
 class _Model:
-    """What `around_stayers` uses of the service: the store's current placements, `_held`
-    (the pools of the jobs not asked), and `compute`, which keeps its word (asked jobs get
-    pools clear of the others' and of each other's, or none) but is otherwise chosen by
-    hypothesis, as is every `_worth_moving` answer."""
+    """What `around_stayers` uses of the service: the store's current placements, the
+    planner's `held` (the pools of the jobs not asked), and `compute`, which keeps its word
+    (asked jobs get pools clear of the others' and of each other's, or none) but is
+    otherwise chosen by hypothesis, as is every `_worth_moving` answer."""
 
     def __init__(self, current: dict[str, JobPlacement], data: st.DataObject) -> None:
         self.store = _Store(current)
         self.data = data
+        self.planner = self  # its `held`
 
-    def _held(self, jobs: list[dict], wanted: set[str]) -> dict[str, list[tuple[str, SlotPool]]]:
+    def held(self, jobs: list[dict], wanted: set[str]) -> dict[str, list[tuple[str, SlotPool]]]:
         out: dict[str, list[tuple[str, SlotPool]]] = {}
         for j in jobs:
             if j["id"] not in wanted:
@@ -125,7 +126,7 @@ class _Model:
     def compute(self, _view: Any, ids: list[str], unplaceable: Any = None) -> dict[str, Any]:
         taken = {
             sw: {s for _, p in ps for s in range(p.base, p.base + p.size)}
-            for sw, ps in self._held(self.store.jobs(), set(ids)).items()
+            for sw, ps in self.held(self.store.jobs(), set(ids)).items()
         }
         out = {}
         for jid in ids:

@@ -106,7 +106,7 @@ def test_onos_not_answering_at_the_start_leaves_the_fetch_to_registration(
     s = make_settings(onos, influx, bucket, tmp_path / "db", onos_url=dead)
     app = create_app(s, loop=False)
     with (
-        caplog.at_level(logging.INFO, logger="agg_optimizer.service.core"),
+        caplog.at_level(logging.INFO, logger="agg_optimizer.service.views"),
         TestClient(app, headers={"Content-Type": "application/json"}) as c,
     ):
         warmed(c)
@@ -122,7 +122,7 @@ def test_a_large_fabric_loads_the_compiled_routing_at_start(
 ) -> None:
     """Where the fabric's solves would use the compiled routing once loaded, the service
     loads it as it starts, not on its first placement; a small fabric does not."""
-    from agg_optimizer import shortest_paths
+    from agg_optimizer.model import shortest_paths
 
     def started(large: bool) -> bool:
         monkeypatch.setattr(shortest_paths, "_ready", False)
@@ -132,8 +132,8 @@ def test_a_large_fabric_loads_the_compiled_routing_at_start(
         app = create_app(settings, loop=False)
         with TestClient(app):
             svc = app.state.service
-            svc._warm_thread.join(300)  # a cold numba load on a loaded 2-core machine
-            assert not svc._warm_thread.is_alive()
+            svc.views._warm_thread.join(300)  # a cold numba load on a loaded 2-core machine
+            assert not svc.views._warm_thread.is_alive()
             loaded = svc.routing_warmed
         svc.close()
         assert shortest_paths._ready == loaded

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-import agg_optimizer.service.core as core
+import agg_optimizer.service.planner as planner
 from agg_optimizer.service.app import create_app
 from int_collector.influxd import InfluxServer
 
@@ -51,14 +51,14 @@ def test_concurrent_per_job_dry_runs_share_their_groups_solve(
 
     calls: list[int] = []
     release = threading.Event()
-    real = core.solve
+    real = planner.solve
 
     def held_solve(instance: Any, strategy: str, **kw: Any) -> Any:
         calls.append(len(instance.jobs))
         assert release.wait(120), "the solve was never released"
         return real(instance, strategy, **kw)
 
-    monkeypatch.setattr(core, "solve", held_solve)
+    monkeypatch.setattr(planner, "solve", held_solve)
     out: dict[str, bytes] = {}
     threads = [
         threading.Thread(target=lambda j=j: out.__setitem__(j, svc.dry_run_json([j]))) for j in JOBS
@@ -71,7 +71,7 @@ def test_concurrent_per_job_dry_runs_share_their_groups_solve(
     for t in threads[1:]:
         t.start()
     # The others wait on that solve's future (its condition's waiters), not on their own.
-    (flight,) = svc._solve_flight.values()
+    (flight,) = svc.planner._solve_flight.values()
     while len(flight._condition._waiters) < len(JOBS) - 1:
         assert time.monotonic() < deadline, f"only {len(flight._condition._waiters)} joined"
         assert len(calls) == 1, "a second solve started"
@@ -81,7 +81,7 @@ def test_concurrent_per_job_dry_runs_share_their_groups_solve(
         t.join(120)
     assert calls == [len(JOBS)], calls  # one joint solve of the group, for all three
     assert out == alone  # each answer is the one it gets alone
-    assert not svc._solve_flight  # nothing kept: the next request solves again
+    assert not svc.planner._solve_flight  # nothing kept: the next request solves again
     assert svc.dry_run_json(["a"]) == alone["a"] and calls == [3, 3]
 
 
@@ -97,7 +97,7 @@ def test_a_failed_shared_solve_fails_every_request_that_waited_for_it(
         assert release.wait(120)
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(core, "solve", failing)
+    monkeypatch.setattr(planner, "solve", failing)
     errors: dict[str, str] = {}
 
     def run(j: str) -> None:
@@ -111,7 +111,7 @@ def test_a_failed_shared_solve_fails_every_request_that_waited_for_it(
     assert started.wait(120)
     for t in threads[1:]:
         t.start()
-    (flight,) = svc._solve_flight.values()
+    (flight,) = svc.planner._solve_flight.values()
     deadline = time.monotonic() + 120
     while len(flight._condition._waiters) < len(JOBS) - 1:
         assert time.monotonic() < deadline
@@ -120,7 +120,7 @@ def test_a_failed_shared_solve_fails_every_request_that_waited_for_it(
     for t in threads:
         t.join(120)
     assert errors == dict.fromkeys(JOBS, "solver exploded")
-    assert not svc._solve_flight
+    assert not svc.planner._solve_flight
     monkeypatch.undo()  # the real solver again: the service answers as before
     r = c.post("/api/v1/jobs/a/placement?dry_run=true")
     assert r.status_code == 200 and r.json()["status"] == "dry-run"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from agg_optimizer.documents import JobPlacement
+from agg_optimizer.model.documents import JobPlacement
 
 from .onos_standin import StandinOnos
 
@@ -155,7 +155,7 @@ def test_a_job_the_loop_moves_never_takes_the_pool_of_a_job_it_keeps(
     svc = client.app.state.service
     b_doc = svc.store.current("b")["placement"]
     assert b_doc["aggregators"], "b aggregates somewhere"
-    real = svc.compute
+    real = svc.planner.compute
     calls: list[list[str]] = []
 
     def compute(view: Any, ids: Any, strategy: Any = None, unplaceable: Any = None) -> Any:
@@ -168,7 +168,7 @@ def test_a_job_the_loop_moves_never_takes_the_pool_of_a_job_it_keeps(
             out["a"] = (strat, placement.model_copy(update={"jobs": jobs}))
         return out
 
-    monkeypatch.setattr(svc, "compute", compute)
+    monkeypatch.setattr(svc.planner, "compute", compute)
     monkeypatch.setattr(svc, "_worth_moving", lambda _v, job, _o, _n: job["id"] == "a")
     out = svc.step()
     assert calls == [["a", "b"], ["a"]], calls

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from agg_optimizer.engine import STRATEGIES
+from agg_optimizer.placement.engine import STRATEGIES
 from agg_optimizer.service.app import create_app
 from agg_optimizer.service.core import HOLDING, Service
 

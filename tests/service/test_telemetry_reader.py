@@ -9,9 +9,9 @@ import pytest
 from influxdb_client import InfluxDBClient, Point
 from influxdb_client.client.write_api import SYNCHRONOUS
 
+from agg_optimizer.demo.live import LeafSpine
+from agg_optimizer.model.topology import from_onos
 from agg_optimizer.service.telemetry import TelemetryReader
-from agg_optimizer.sim.live import LeafSpine
-from agg_optimizer.topology import from_onos
 from int_collector.influxd import InfluxServer
 
 

@@ -1,6 +1,6 @@
 """The simulated fabric of `make demo` applies the classes the service writes to the ONOS
 app's traffic-class resource: they become the strict-priority level of the job's streams
-in the simulator (`sim.live.LiveFabric`, over real HTTP)."""
+in the simulator (`demo.live.LiveFabric`, over real HTTP)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import requests
 
-from agg_optimizer.sim.live import LiveFabric
+from agg_optimizer.demo.live import LiveFabric
 from agg_optimizer.sim.training import JobSpec
 
 

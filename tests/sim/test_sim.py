@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agg_optimizer.documents import (
+from agg_optimizer.evaluation.evaluate import markdown, summarise
+from agg_optimizer.evaluation.scenario import SCENARIOS, RunResult, Scenario, run
+from agg_optimizer.model.documents import (
     Aggregator,
     Instance,
     JobPlacement,
@@ -25,15 +27,13 @@ from agg_optimizer.documents import (
     Telemetry,
     Topology,
 )
-from agg_optimizer.engine import solve
-from agg_optimizer.examples import MODEL_BYTES
-from agg_optimizer.network import Network
+from agg_optimizer.model.examples import MODEL_BYTES
+from agg_optimizer.model.network import Network
+from agg_optimizer.placement.engine import solve
 from agg_optimizer.sim.core import BACKGROUND, Flow, Simulator
-from agg_optimizer.sim.evaluate import markdown, summarise
 from agg_optimizer.sim.fabric import Fabric
 from agg_optimizer.sim.fairshare import fill, fill_numpy, max_min_rates
 from agg_optimizer.sim.observe import IntObserver
-from agg_optimizer.sim.scenario import SCENARIOS, RunResult, Scenario, run
 from agg_optimizer.sim.training import Cluster, IterationRecord, components
 
 GBPS = 1e9

@@ -58,8 +58,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from agg_agent import p4names as n  # noqa: E402
 from agg_agent.protocol import UDP_PORT  # noqa: E402
-from agg_optimizer.scheduling import Demand, schedule  # noqa: E402
-from agg_optimizer.sim.evaluate import Interval  # noqa: E402
+from agg_optimizer.evaluation.evaluate import Interval  # noqa: E402
+from agg_optimizer.scheduling.policies import Demand, schedule  # noqa: E402
 from int_collector.children import spawn  # noqa: E402
 from p4 import bmv2, frames  # noqa: E402
 

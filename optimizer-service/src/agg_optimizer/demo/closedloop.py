@@ -1,6 +1,6 @@
 """The closed loop, run end to end: INT → `int-collector` → InfluxDB → `agg-optimizer serve`
 (its control loop) → the fabric's ONOS API → the fabric → faster training. `make demo` runs
-it on the simulated fabric (`sim.live`); every other part is the real one: a real InfluxDB
+it on the simulated fabric (`demo.live`); every other part is the real one: a real InfluxDB
 1.8.10, the collector and the service as their own processes, real UDP and real HTTP.
 
 The scenario: two jobs train on a leaf-spine; every `hotspot_every_s` a bulk transfer of
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import requests
 
-from .sim.live import Change, Hotspot, LeafSpine, LiveFabric
-from .sim.training import JobSpec
+from agg_optimizer.demo.live import Change, Hotspot, LeafSpine, LiveFabric
+from agg_optimizer.sim.training import JobSpec
 
 Say = Callable[[str], None]
 

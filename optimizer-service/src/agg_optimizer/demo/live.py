@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from ..documents import Instance, JobPlacement, Link, Node, Placement, Topology
-from ..topology import from_onos
-from .core import AGGREGATION, BACKGROUND, Flow, Simulator
-from .fabric import Fabric
-from .observe import BUFFER_BYTES, MAX_UTIL_FOR_QUEUE, PACKET_BYTES, IntObserver
-from .onos_rest import OnosRest
-from .training import Cluster, IterationRecord, JobSpec
+from agg_optimizer.demo.onos_rest import OnosRest
+from agg_optimizer.model.documents import Instance, JobPlacement, Link, Node, Placement, Topology
+from agg_optimizer.model.topology import from_onos
+from agg_optimizer.sim.core import AGGREGATION, BACKGROUND, Flow, Simulator
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.observe import BUFFER_BYTES, MAX_UTIL_FOR_QUEUE, PACKET_BYTES, IntObserver
+from agg_optimizer.sim.training import Cluster, IterationRecord, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ class LiveFabric:
             return self.sim.t
 
     def start(self) -> LiveFabric:
-        from .fairshare import warm
+        from agg_optimizer.sim.fairshare import warm
 
         warm()  # compiled (or loaded) before the clock starts, never mid-run
         self.rest.start()

@@ -1,5 +1,5 @@
 """The part of ONOS 2.7's REST API the optimizer service uses, served over real HTTP by a
-fabric that is not ONOS: the simulated fabric of `make demo` (`sim.live`), and the tests'
+fabric that is not ONOS: the simulated fabric of `make demo` (`demo.live`), and the tests'
 stand-in for machines without the ONOS 2.7.0 built from source (docs/service.md).
 
 Where that ONOS exists, `tests/service/test_standin_parity.py` sends the same requests to it
@@ -35,7 +35,7 @@ from urllib.parse import unquote
 
 import networkx as nx
 
-from ..pools import doc_claims
+from agg_optimizer.model.pools import doc_claims
 
 # IntentsWebResource's own message; decoding a posted intent (IntentCodec) says "Application
 # ID is not found" instead.

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ..documents import Instance, Placement
-from .scenario import COMPUTE_S, RunResult, Scenario, run
-from .training import IterationRecord, time_to_accuracy
+from agg_optimizer.evaluation.scenario import COMPUTE_S, RunResult, Scenario, run
+from agg_optimizer.model.documents import Instance, Placement
+from agg_optimizer.sim.training import IterationRecord, time_to_accuracy
 
 OURS = "agg"
 FLOOR = "floor"

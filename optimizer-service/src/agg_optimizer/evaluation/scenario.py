@@ -16,16 +16,16 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .. import engine
-from ..documents import Instance, Placement
-from ..examples import MODEL_BYTES
-from ..scheduling import POLICIES, Demand, schedule
-from ..topology import fat_tree, leaf_spine
-from .core import Simulator
-from .fabric import Fabric
-from .observe import IntObserver
-from .traffic import Background
-from .training import Cluster, IterationRecord, JobSpec, components
+from agg_optimizer.model.documents import Instance, Placement
+from agg_optimizer.model.examples import MODEL_BYTES
+from agg_optimizer.model.topology import fat_tree, leaf_spine
+from agg_optimizer.placement import engine
+from agg_optimizer.scheduling.policies import POLICIES, Demand, schedule
+from agg_optimizer.sim.core import Simulator
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.observe import IntObserver
+from agg_optimizer.sim.traffic import Background
+from agg_optimizer.sim.training import Cluster, IterationRecord, JobSpec, components
 
 # Strategies that read INT re-place their jobs every `replace_every` iterations; the others
 # decide once, when the job arrives (as the systems they stand for do).

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..context import Context
-from ..documents import Instance, Job, SolverStats
-from ..engine import build_placement
-from ..network import Network, build_tree, evaluate
-from .core import Flow, Simulator
-from .fabric import Fabric
-from .observe import IntObserver
-from .scenario import Scenario, world
-from .training import components
+from agg_optimizer.evaluation.scenario import Scenario, world
+from agg_optimizer.model.documents import Instance, Job, SolverStats
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.trees import build_tree, evaluate
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.engine import build_placement
+from agg_optimizer.sim.core import Flow, Simulator
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.observe import IntObserver
+from agg_optimizer.sim.training import components
 
 
 @dataclass

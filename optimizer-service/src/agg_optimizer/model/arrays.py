@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
+from typing import Any
+
 import numpy as np
 
 
@@ -25,3 +29,29 @@ def has_duplicates(a: np.ndarray) -> bool:
     """Whether some value occurs twice in the 1-D array `a` (`len(np.unique(a)) < len(a)`)."""
     s = np.sort(a)
     return bool(np.any(s[1:] == s[:-1]))
+
+
+def index_pairs(
+    items: Sequence[Any], index: Mapping[str, int], missing: int | None = None
+) -> np.ndarray:
+    """(n, 2) array of index[item.src], index[item.dst] for links or telemetry entries: an
+    unknown id raises KeyError, or is `missing` when given. C-level map and fromiter: a
+    k=64 fat-tree has 393,216 telemetry entries, and a list of tuples then np.array took
+    0.3 s of them."""
+    n = len(items)
+    out = np.empty((n, 2), dtype=np.int64)
+    try:
+        get: Callable[[str], int] = index.__getitem__
+        out[:, 0] = np.fromiter(map(get, map(SRC_OF, items)), dtype=np.int64, count=n)
+        out[:, 1] = np.fromiter(map(get, map(DST_OF, items)), dtype=np.int64, count=n)
+    except KeyError:
+        if missing is None:
+            raise
+        get = lambda x: index.get(x, missing)  # noqa: E731  (the rare path: slower)
+        out[:, 0] = np.fromiter(map(get, map(SRC_OF, items)), dtype=np.int64, count=n)
+        out[:, 1] = np.fromiter(map(get, map(DST_OF, items)), dtype=np.int64, count=n)
+    return out
+
+
+SRC_OF = attrgetter("src")
+DST_OF = attrgetter("dst")

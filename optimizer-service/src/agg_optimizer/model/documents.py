@@ -171,14 +171,14 @@ class JobPlacement(_Doc):
     predicted_cct_isolated_s: float | None = Field(
         None,
         description="The same job alone: its slowest link, shared only among its own "
-        "unsummed streams (`network.evaluate`). A lower bound of the shared figure.",
+        "unsummed streams (`trees.evaluate`). A lower bound of the shared figure.",
     )
     surrogate_s: float = Field(description="The objective term: sum of per-link stream times.")
     floor_cct_s: float | None = Field(
         None,
         description="The network bound: the job's slowest worker uplink or its PS's downlink "
         "carrying one stream, as if the fabric between were infinite and summed for free "
-        "(`network.floor_cct`). No placement's predicted CCT for the job is lower.",
+        "(`trees.floor_cct`). No placement's predicted CCT for the job is lower.",
     )
 
 

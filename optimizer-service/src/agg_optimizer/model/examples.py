@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .documents import (
+from agg_optimizer.model.documents import (
     DEFAULT_POOL_SLOTS,
     Instance,
     Job,
@@ -13,7 +13,7 @@ from .documents import (
     Telemetry,
     Topology,
 )
-from .topology import fat_tree
+from agg_optimizer.model.topology import fat_tree
 
 # Update sizes of real models (bytes per worker per iteration, fp32 gradients).
 MODEL_BYTES = {"resnet50": 100_000_000, "vgg16": 530_000_000, "bert-large": 1_300_000_000}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .documents import SlotPool
+from agg_optimizer.model.documents import SlotPool
 
 
 def free_gaps(slots: int, held: Iterable[SlotPool]) -> list[tuple[int, int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .documents import DEFAULT_SLOTS, Link, Node, Topology
+from agg_optimizer.model.documents import DEFAULT_SLOTS, Link, Node, Topology
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from .documents import Instance, Job, Topology
+from agg_optimizer.model.arrays import has_duplicates, index_pairs
+from agg_optimizer.model.documents import Instance, Job, Topology
 
 if TYPE_CHECKING:
     import numpy as np
@@ -109,8 +110,6 @@ def _links_look_valid(
     keys) and every node's degree when no link is bad, else None."""
     import numpy as np
 
-    from .network import index_pairs
-
     try:
         ends = index_pairs(topo.links, index)
     except KeyError:
@@ -134,7 +133,6 @@ def _telemetry_looks_valid(
     import numpy as np
 
     tl = inst.telemetry.links
-    from .network import index_pairs
 
     try:
         ends = index_pairs(tl, index)
@@ -275,8 +273,6 @@ def _jobs_look_valid(
     """What `_check_job` checks, for every job at once, plus unique job ids: the jobs' nodes
     when they pass, None when the loops must name a problem."""
     import numpy as np
-
-    from .arrays import has_duplicates
 
     jobs = inst.jobs
     if len({j.id for j in jobs}) != len(jobs):

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .documents import Instance
-from .network import Network
+from agg_optimizer.model.documents import Instance
+from agg_optimizer.model.network import Network
 
 POLICIES = ("netmax", "adpsgd", "allreduce", "ps", "prague")
 DEFAULT_KAPPA = 1.0

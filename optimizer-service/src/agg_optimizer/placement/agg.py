@@ -25,12 +25,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .baselines import int_greedy
-from .context import Context
-from .documents import SolverStats
-from .flow_lp import FlowLP, FlowProblem, FlowSolution, NotTotallyUnimodular, solve_milp
-from .forest import Forest
-from .network import JobTree
+from agg_optimizer.model.documents import SolverStats
+from agg_optimizer.model.trees import JobTree
+from agg_optimizer.placement.baselines import int_greedy
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.flow_lp import (
+    FlowLP,
+    FlowProblem,
+    FlowSolution,
+    NotTotallyUnimodular,
+    solve_milp,
+)
+from agg_optimizer.placement.forest import Forest
 
 MAX_ITERATIONS = 6
 # Stop when an iteration improves the surrogate by less than this fraction.

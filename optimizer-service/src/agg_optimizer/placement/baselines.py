@@ -13,9 +13,9 @@ import random as _random
 
 import numpy as np
 
-from .context import Context, SlotLedger
-from .exact import solve_exact
-from .network import JobTree, evaluate
+from agg_optimizer.model.trees import JobTree, evaluate
+from agg_optimizer.placement.context import Context, SlotLedger
+from agg_optimizer.placement.exact import solve_exact
 
 
 def ps_only(ctx: Context) -> dict[str, set[str]]:

@@ -1,7 +1,7 @@
 """AGG with the min-max (bottleneck) objective: threshold bisection over TU flow problems.
 
 A job's predicted CCT is set by its slowest link: max over its tree's edges of (streams
-on the edge) x (per-stream time tau), the worker edges included (`network.evaluate`).
+on the edge) x (per-stream time tau), the worker edges included (`trees.evaluate`).
 The jobs' bottleneck objective is T* = min over placements of max over jobs of that.
 
 For a threshold T, an edge e may carry at most floor(T / tau_e) streams. Per job, a
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import agg
-from .context import Context
-from .documents import SolverStats
-from .flow_lp import FlowLP, NotTotallyUnimodular, solve_milp
+from agg_optimizer.model.documents import SolverStats
+from agg_optimizer.placement import agg
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.flow_lp import FlowLP, NotTotallyUnimodular, solve_milp
 
 
 @dataclass

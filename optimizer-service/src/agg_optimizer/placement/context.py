@@ -8,11 +8,12 @@ from functools import cached_property
 
 import numpy as np
 
-from .arrays import unique_sorted
-from .documents import Instance, Job
-from .forest import Forest, build_forest
-from .network import JobTree, Network, build_tree, build_trees, evaluate
-from .validation import JobNodes
+from agg_optimizer.model.arrays import unique_sorted
+from agg_optimizer.model.documents import Instance, Job
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.trees import JobTree, build_tree, build_trees, evaluate
+from agg_optimizer.model.validation import JobNodes
+from agg_optimizer.placement.forest import Forest, build_forest
 
 # Instances with at most this many jobs route each job on its own load-aware tree.
 SHARED_ROUTING_MAX_JOBS = 64

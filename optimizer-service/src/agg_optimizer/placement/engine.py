@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from . import agg, baselines, bottleneck, exact
-from .context import SHARED_ROUTING_MAX_JOBS, Context
-from .documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
-from .forest_placement import job_placements
-from .network import JobTree, Network, evaluate, floor_ccts
-from .pools import PoolAllocator
-from .validation import check_instance
+from agg_optimizer.model.documents import Aggregator, Instance, JobPlacement, Placement, SolverStats
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.pools import PoolAllocator
+from agg_optimizer.model.trees import JobTree, evaluate, floor_ccts
+from agg_optimizer.model.validation import check_instance
+from agg_optimizer.placement import agg, baselines, bottleneck, exact
+from agg_optimizer.placement.context import SHARED_ROUTING_MAX_JOBS, Context
+from agg_optimizer.placement.forest_placement import job_placements
 
 Decision = dict[str, set[str]]
 
@@ -37,7 +38,7 @@ POLISH = True
 
 def _judge(ctx: Context, aggs: Decision) -> tuple[float, dict[str, tuple[str, str, int]]]:
     """The jobs' weighted predicted CCT (each job moves at the pace of its slowest link, where
-    the streams not summed before it share it: `network.evaluate`'s `cct`), and per job the
+    the streams not summed before it share it: `trees.evaluate`'s `cct`), and per job the
     switch-to-switch link that sets it when several of its unsummed streams share it:
     (from, to, streams)."""
     score = 0.0
@@ -151,7 +152,7 @@ def _best_of_family(lead: Strategy, family: dict[str, Callable[[], Strategy]]) -
                 best = (score, a, s, t)
         _, aggs, stats, trees = best
         if POLISH and ctx.polish:  # up to FAMILY_MAX_JOBS jobs, within EXACT_MAX_JOBS
-            from . import polish  # the simulator's core: only when placing
+            from agg_optimizer.placement import polish  # the simulator's core: only when placing
 
             trees, aggs, stats.polish_moves = polish.polish(
                 ctx, trees if trees is not None else ctx.int_trees, aggs
@@ -202,7 +203,10 @@ def build_placement(
     pools = PoolAllocator(
         {n.id: n.slots for n in inst.topology.nodes if n.kind == "switch"}, inst.reserved
     )
-    from .shared import EXACT_MAX_JOBS, shared_ccts  # the simulator's core: only when placing
+    from agg_optimizer.placement.shared import (  # the simulator's core: only when placing
+        EXACT_MAX_JOBS,
+        shared_ccts,
+    )
 
     if trees is None and len(ctx.jobs) > EXACT_MAX_JOBS:
         return _placement_from_forest(ctx, name, aggs, stats, pools)
@@ -277,7 +281,7 @@ def build_placement(
 
 
 def _floors(ctx: Context, jobs: list[JobPlacement]) -> list[float]:
-    """Each job's network bound (`network.floor_cct`), into its placement too."""
+    """Each job's network bound (`trees.floor_cct`), into its placement too."""
     by_id = {job.id: job for job in ctx.jobs}
     out = floor_ccts(ctx.net, [by_id[jp.job_id] for jp in jobs])
     for jp, floor in zip(jobs, out, strict=True):
@@ -372,7 +376,7 @@ def solve_optimum(instance: Instance, *, max_evals: int = 200_000) -> tuple[Plac
     `stats.status` says "optimal" when the search ended within `max_evals` evaluations,
     else the best found and the bound it is within. `optimum.TooLarge` (a ValueError
     naming the job) where a job has too many routes."""
-    from .optimum import optimum
+    from agg_optimizer.placement.optimum import optimum
 
     with _no_cycle_collection():
         checked = check_instance(instance)

@@ -5,7 +5,7 @@ Per job j and tree switch v: y_jv = 1 if v sums job j, s_jv = streams leaving v 
     s.t. s_jv >= direct_jv + sum_{c child of v} s_jc - (raw_jv - 1) y_jv
          s_jv >= 1,  sum_v y_jv <= K_j,  sum_j pool_j y_jv <= slots_v,  y binary
 Minimisation drives s_jv to 1 where v sums and to its input count elsewhere, so this is the
-surrogate of `network.evaluate` exactly, products of choices on one path included. It is not
+surrogate of `trees.evaluate` exactly, products of choices on one path included. It is not
 TU (the s rows chain the levels), which is why AGG does not solve it directly.
 """
 
@@ -16,10 +16,10 @@ import time
 import highspy
 import numpy as np
 
-from .context import Context
-from .documents import SolverStats
-from .flow_lp import SolveError
-from .network import JobTree
+from agg_optimizer.model.documents import SolverStats
+from agg_optimizer.model.trees import JobTree
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.flow_lp import SolveError
 
 
 def _model(ctx: Context, trees: dict[str, JobTree], *, relax: bool, time_limit: float):

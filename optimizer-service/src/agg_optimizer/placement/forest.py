@@ -1,8 +1,8 @@
 """All jobs' reduction trees as flat numpy arrays, for the large instances AGG must solve fast.
 
 A forest node is one (job, switch) pair of a job's tree. The arrays hold the same quantities
-as `network.JobTree` (tau, dist, inputs, ...) and `evaluate` computes the same surrogate as
-`network.evaluate`, level by level instead of node by node (tests check they agree).
+as `trees.JobTree` (tau, dist, inputs, ...) and `evaluate` computes the same surrogate as
+`trees.evaluate`, level by level instead of node by node (tests check they agree).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import unique_sorted
-from .documents import Job
-from .network import Network
-from .validation import JobNodes
+from agg_optimizer.model.arrays import unique_sorted
+from agg_optimizer.model.documents import Job
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.validation import JobNodes
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Forest:
         return s
 
     def job_costs(self, agg: np.ndarray) -> np.ndarray:
-        """Unweighted surrogate per job (the same as `network.evaluate(...).surrogate`)."""
+        """Unweighted surrogate per job (the same as `trees.evaluate(...).surrogate`)."""
         s = self.streams(agg)
         per_node = self.tau * s + np.where(agg, self.hop, 0.0)
         out = self.const.copy()

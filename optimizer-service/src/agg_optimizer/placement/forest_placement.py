@@ -1,11 +1,11 @@
 """The placement document's per-job part from the forest's arrays, for instances above
 `shared.EXACT_MAX_JOBS` jobs placed on the INT trees.
 
-`engine.build_placement` describes each job from its `network.JobTree`; building those
+`engine.build_placement` describes each job from its `trees.JobTree`; building those
 dicts for 10,000 jobs (k=64) took 3.8 s, and evaluating them 0.6 s more. This gives the same
 document from `Context.forest`: the same aggregators in the same order (the tree's
-children-before-parents order, `network.build_tree`), children, next hops, pools, paths and
-CCTs. The surrogate is summed in another order, so it can differ from `network.evaluate`'s
+children-before-parents order, `trees.build_tree`), children, next hops, pools, paths and
+CCTs. The surrogate is summed in another order, so it can differ from `trees.evaluate`'s
 in the last bits (`tests/optimizer/test_placement_digest.py` compares both documents).
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import Context
-from .documents import Aggregator, JobPlacement
-from .pools import PoolAllocator
+from agg_optimizer.model.documents import Aggregator, JobPlacement
+from agg_optimizer.model.pools import PoolAllocator
+from agg_optimizer.placement.context import Context
 
 
 def job_placements(

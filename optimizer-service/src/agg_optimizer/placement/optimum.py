@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .context import Context
-from .documents import Job
-from .network import JobTree, build_tree, evaluate
-from .polish import Choice, Judge, Moves
+from agg_optimizer.model.documents import Job
+from agg_optimizer.model.trees import JobTree, build_tree, evaluate
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.polish import Choice, Judge, Moves
 
 # Trees enumerated per job at most; above it the instance is too large for this search.
 MAX_TREES = 4096

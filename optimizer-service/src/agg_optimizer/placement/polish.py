@@ -1,6 +1,6 @@
 """Local search on the predicted CCT itself, after AGG's LP and its family.
 
-The LP minimises a surrogate of each job alone (`network.evaluate`); the placement document
+The LP minimises a surrogate of each job alone (`trees.evaluate`); the placement document
 reports every job sharing the fabric (`shared.shared_ccts`), where two jobs that funnel onto
 one spine each move at half its rate. `polish` starts from the placement AGG chose and tries,
 job by job (the slowest weighted first), the moves that change what the report sees:
@@ -33,11 +33,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .context import Context
-from .documents import Job
-from .network import JobTree, build_tree, evaluate
-from .shared import Flows, job_flows, round_ends
-from .sim.fabric import Fabric
+from agg_optimizer.model.documents import Job
+from agg_optimizer.model.trees import JobTree, build_tree, evaluate
+from agg_optimizer.placement.context import Context
+from agg_optimizer.placement.shared import Flows, job_flows, round_ends
+from agg_optimizer.sim.fabric import Fabric
 
 # Evaluations of the shared model a polish may spend (each one simulates one round of every
 # job: 0.5-2 ms for 4-12 jobs here). On the 40 instances of `make bench-family` the search
@@ -92,7 +92,7 @@ class Judge:
         return out
 
     def _alone(self, job: Job, tree: JobTree, aggs: frozenset[str]) -> tuple[float, float]:
-        """The job's CCT alone (`network.evaluate`) and its path latency."""
+        """The job's CCT alone (`trees.evaluate`) and its path latency."""
         key = (job.id, _tree_key(tree), aggs)
         if key not in self._lone:
             self._lone[key] = (evaluate(tree, set(aggs)).cct, max(tree.worker_delay.values()))
@@ -302,7 +302,7 @@ def polish(
 ) -> tuple[dict[str, JobTree], dict[str, set[str]], int]:
     """A local optimum of the reported weighted CCT from (`trees`, `aggs`): the trees, the
     aggregators and how many moves were kept."""
-    from .sim import fairshare
+    from agg_optimizer.sim import fairshare
 
     # numba's fair shares where this process has loaded them already (a service after its
     # first solve, a simulation): 4-5x faster an evaluation, but their load costs as much

@@ -1,6 +1,6 @@
 """Predicted CCT with every placed job sharing the fabric.
 
-`network.evaluate`'s CCT judges a job alone: its slowest link, shared only among its own
+`trees.evaluate`'s CCT judges a job alone: its slowest link, shared only among its own
 unsummed streams. On a fabric where several jobs cross the same links that was 40-60% of
 what max-min sharing between them gives. Here one communication round of every job starts
 at once, on the links' residual capacity after the measured background (`Network.resid`,
@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from .documents import Instance, JobPlacement
-from .network import Network
-from .sim.core import AGGREGATION, Flow, Simulator
-from .sim.fabric import Fabric
-from .sim.training import components
+from agg_optimizer.model.documents import Instance, JobPlacement
+from agg_optimizer.model.network import Network
+from agg_optimizer.sim.core import AGGREGATION, Flow, Simulator
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.training import components
 
 # Up to this many jobs every round is simulated to its end (each completion re-shares the
 # links). Above it no shared figure is computed (`Placement.cct_model` says "isolated"):

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .documents import Instance, JobPlacement, Placement
+from agg_optimizer.model.documents import Instance, JobPlacement, Placement
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,7 @@ def schedule(
 def link_bytes(job_update_bytes: float, placement: JobPlacement) -> dict[str, float]:
     """Bytes one round of a placed job puts on each directed link ("u->v"): its streams
     there (after the aggregators of the placement sum them) times the update size."""
-    from .sim.training import components
+    from agg_optimizer.sim.training import components
 
     held = {a.switch for a in placement.aggregators}
     ps = next(iter(placement.worker_paths.values()))[-1]

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..documents import JobPlacement
-from .onos import (
+from agg_optimizer.model.documents import JobPlacement
+from agg_optimizer.service.onos import (
     AggregationApi,
     IntentResult,
     OnosClient,
@@ -36,8 +36,8 @@ from .onos import (
     intent_shape,
     job_of_key,
 )
-from .settings import Settings
-from .store import CONVERGED, DELETING, PENDING, Store
+from agg_optimizer.service.settings import Settings
+from agg_optimizer.service.store import CONVERGED, DELETING, PENDING, Store
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..pools import Claim, describe
-from .store import Store
+from agg_optimizer.model.pools import Claim, describe
+from agg_optimizer.service.store import Store
 
 log = logging.getLogger(__name__)
 

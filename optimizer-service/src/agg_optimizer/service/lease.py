@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from .store import Store, StoreUnavailable
+from agg_optimizer.service.store import Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -7,19 +7,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..documents import Job, JobPlacement
-from ..network import Network, cct_of
-from ..pools import Claim, doc_claims, overlaps
-from ..shared import EXACT_MAX_JOBS, shared_ccts
-from .errors import Unavailable
-from .onos import OnosUnavailable
-from .store import HOLDING
-
-if TYPE_CHECKING:
-    from .core import Service, View
+from agg_optimizer.model.documents import Job, JobPlacement
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.pools import Claim, doc_claims, overlaps
+from agg_optimizer.model.trees import cct_of
+from agg_optimizer.placement.shared import EXACT_MAX_JOBS, shared_ccts
+from agg_optimizer.service.errors import Unavailable
+from agg_optimizer.service.lease import Lease
+from agg_optimizer.service.onos import OnosClient, OnosUnavailable
+from agg_optimizer.service.planner import Planner
+from agg_optimizer.service.settings import Settings
+from agg_optimizer.service.store import HOLDING, Store
+from agg_optimizer.service.views import View
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,24 @@ class LoopState:
     last_util: dict[tuple[str, str], float] = field(default_factory=dict)
     runs: int = 0
     last_trigger: str | None = None
+
+
+class Service(Protocol):
+    """What the loop uses of the service (`core.Service`, which owns the loop): a
+    protocol, so that the loop imports nothing of the module above it."""
+
+    s: Settings
+    store: Store
+    onos: OnosClient
+    lease: Lease
+    apply_lock: Any
+    _stop: threading.Event
+    view: Callable[..., View]
+    reconcile: Callable[[], dict[str, Any]]
+    apply_all: Callable[..., Any]
+    planner: Planner
+    _worth_moving: Callable[..., bool]
+    _count: Callable[[str], None]
 
 
 class ControlLoop:
@@ -101,7 +122,7 @@ class ControlLoop:
                 except OnosUnavailable as e:
                     raise Unavailable(str(e)) from None
                 stored = self.svc.store.intents()
-                computed = self.svc.compute(view, placed, unplaceable=unplaceable)
+                computed = self.svc.planner.compute(view, placed, unplaceable=unplaceable)
                 # Capacity came back: judged one by one on telemetry that shows no
                 # congestion yet, no job gains, and load stays where the outage put it.
                 # Judged together, sharing the fabric, the jobs may gain (`joint_gain`).
@@ -197,7 +218,7 @@ class ControlLoop:
                     del moves[jid]
                 continue
             log.info("re-solving %s around the pools of the jobs the loop keeps", movers)
-            again = self.svc.compute(view, movers, unplaceable={})
+            again = self.svc.planner.compute(view, movers, unplaceable={})
             solved = frozenset(movers)
             for jid in movers:
                 if jid not in again:  # no room around the kept pools: it stays as it is
@@ -226,7 +247,7 @@ class ControlLoop:
         mover's new pool."""
         if not movers:
             return []
-        held = self.svc._held(self.svc.store.jobs(), set(movers))
+        held = self.svc.planner.held(self.svc.store.jobs(), set(movers))
         claims: list[Claim] = [
             (owner, sw, p.base, p.base + p.size) for sw, ps in held.items() for owner, p in ps
         ]
@@ -253,7 +274,7 @@ class ControlLoop:
             specs.append(job)
         if not olds or len(olds) > EXACT_MAX_JOBS:
             return False
-        inst = self.svc._instance(view, specs)
+        inst = self.svc.planner.instance(view, specs)
         try:
             before, after = shared_ccts(inst, olds), shared_ccts(inst, news)
         except (KeyError, ValueError, IndexError) as e:  # an applied path off the fabric
@@ -303,7 +324,7 @@ class ControlLoop:
         every job), compiled once per view."""
         with self._net_lock:
             if self._net is None or self._net[0] != view.seq:
-                self._net = (view.seq, Network.from_instance(self.svc._instance(view, [])))
+                self._net = (view.seq, Network.from_instance(self.svc.planner.instance(view, [])))
             return self._net[1]
 
     def start(self) -> None:

@@ -26,8 +26,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from ..documents import JobPlacement, Placement, Topology
-from ..topology import from_onos
+from agg_optimizer.model.documents import JobPlacement, Placement, Topology
+from agg_optimizer.model.topology import from_onos
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import Unavailable
-from .invariants import Invariants
-from .onos import OnosClient, OnosError, OnosUnavailable, _message
-from .settings import Settings
-from .store import Store
+from agg_optimizer.service.errors import Unavailable
+from agg_optimizer.service.invariants import Invariants
+from agg_optimizer.service.onos import OnosClient, OnosError, OnosUnavailable, _message
+from agg_optimizer.service.settings import Settings
+from agg_optimizer.service.store import Store
 
 log = logging.getLogger(__name__)
 

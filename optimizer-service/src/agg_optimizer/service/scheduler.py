@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BadField, Unavailable
-from .onos import OnosError, OnosUnavailable, PriorityApi
-from .settings import Settings
-from .store import HOLDING, Store
+from agg_optimizer.service.errors import BadField, Unavailable
+from agg_optimizer.service.onos import OnosError, OnosUnavailable, PriorityApi
+from agg_optimizer.service.settings import Settings
+from agg_optimizer.service.store import HOLDING, Store
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class Scheduler:
     def schedule(self, policy: str, classes: int) -> dict[str, Any]:
         """Order the jobs that hold a placement by `policy` and map them onto `classes`
         priority queues: jobs on 1 .. classes-1, everything else (background) on 0."""
-        from ..documents import Job, JobPlacement
-        from ..scheduling import POLICIES, Demand, link_bytes, schedule
+        from agg_optimizer.model.documents import Job, JobPlacement
+        from agg_optimizer.scheduling.policies import POLICIES, Demand, link_bytes, schedule
 
         if policy not in POLICIES:
             raise BadField("policy", f"unknown {policy!r}; one of {', '.join(POLICIES)}")

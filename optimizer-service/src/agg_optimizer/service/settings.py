@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..documents import MAX_GBPS, MIN_GBPS
+from agg_optimizer.model.documents import MAX_GBPS, MIN_GBPS
 
 
 class Settings(BaseSettings):
@@ -240,7 +240,7 @@ class Settings(BaseSettings):
     @field_validator("schedule_policy")
     @classmethod
     def _known_policy(cls, v: str | None) -> str | None:
-        from ..scheduling import POLICIES
+        from agg_optimizer.scheduling.policies import POLICIES
 
         if v is not None and v not in POLICIES:
             raise ValueError(f"unknown policy {v!r}; one of {', '.join(POLICIES)}")

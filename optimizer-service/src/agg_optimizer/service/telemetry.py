@@ -30,7 +30,7 @@ from typing import Any
 from influxdb_client import InfluxDBClient, Point, WritePrecision
 from influxdb_client.client.write_api import SYNCHRONOUS
 
-from ..documents import LinkTelemetry, Telemetry, Topology
+from agg_optimizer.model.documents import LinkTelemetry, Telemetry, Topology
 
 
 class InfluxUnavailable(RuntimeError):

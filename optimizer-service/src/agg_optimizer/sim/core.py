@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fabric import Fabric
-from .fairshare import fill, fill_by_priority, fill_numpy
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.fairshare import fill, fill_by_priority, fill_numpy
 
 BACKGROUND, AGGREGATION = 0, 1
 # A flow is done when less than this many bytes are left (floating-point slack).

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..documents import Topology
+from agg_optimizer.model.documents import Topology
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..documents import LinkTelemetry, Telemetry
-from .core import Simulator
+from agg_optimizer.model.documents import LinkTelemetry, Telemetry
+from agg_optimizer.sim.core import Simulator
 
 PACKET_BYTES = 1500
 BUFFER_BYTES = 1_000_000

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from .core import BACKGROUND, Flow, Simulator
-from .fabric import Fabric
+from agg_optimizer.sim.core import BACKGROUND, Flow, Simulator
+from agg_optimizer.sim.fabric import Fabric
 
 
 def bounded_pareto_mean(alpha: float, lo: float, hi: float) -> float:

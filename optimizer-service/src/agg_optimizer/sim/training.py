@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..documents import Instance, Job, JobPlacement, Placement, Topology
-from ..network import Network, cct_of
-from .core import AGGREGATION, Flow, Simulator
-from .fabric import Fabric
-from .observe import IntObserver
+from agg_optimizer.model.documents import Instance, Job, JobPlacement, Placement, Topology
+from agg_optimizer.model.network import Network
+from agg_optimizer.model.trees import cct_of
+from agg_optimizer.sim.core import AGGREGATION, Flow, Simulator
+from agg_optimizer.sim.fabric import Fabric
+from agg_optimizer.sim.observe import IntObserver
 
 Placer = Callable[[Instance], Placement]
 

@@ -18,7 +18,7 @@ Each worker serves its peers' exchanges from a thread, so it answers while it co
 With `refresh_s`, a thread re-reads the worker's row from the plan's source meanwhile, so
 a worker follows a plan the service re-computes as the links change.
 
-The baselines of `agg_optimizer.peers.plan`, on the same problem and sockets:
+The baselines of `agg_optimizer.peers.selection.plan`, on the same problem and sockets:
 `AllReduceWorker` (synchronous ring all-reduce), `PSWorker` (synchronous parameter server
 hosted by one of the workers) and `PragueWorker` (random groups, partial all-reduce).
 Frames: 4-byte magic, 4-byte length, then float64 values, big-endian.
