@@ -33,10 +33,13 @@ sync: $(UV)
 	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.sim.fairshare
 	$(RUN) $(SYNC_GROUPS) python -m agg_optimizer.model.shortest_paths
 
+# uv is one self-contained binary, installed for this user only (~/.local), never into the
+# system's site-packages; a Debian or Ubuntu python3 marks its environment externally
+# managed (PEP 668) and refuses even that without PIP_BREAK_SYSTEM_PACKAGES.
 $(HOME)/.local/bin/uv:
 	@echo "make: uv is not on PATH: installing it from PyPI into $(HOME)/.local/bin" \
 	  "(add that folder to PATH to run the README's 'uv run' lines yourself)"
-	python3 -m pip install --quiet --user uv
+	PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --user uv
 
 lint: sync
 	$(RUN) ruff check .

@@ -173,6 +173,32 @@ def test_make_demo_installs_no_pytorch(tmp_path: Path) -> None:
     assert re.search(r"^ \+ torch==", would_install(), re.M)
 
 
+BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@pytest.mark.skipif(
+    not Path("/usr/lib/python3.11/EXTERNALLY-MANAGED").exists()
+    or not Path("/usr/bin/python3").exists(),
+    reason="the case is Debian's python3, which marks itself externally managed (PEP 668): "
+    "not this machine's",
+)
+def test_make_installs_uv_for_a_new_user_of_debians_python(tmp_path: Path) -> None:
+    """A new user: a new home, a bare PATH whose python3 is Debian's, no uv anywhere.
+    `make` installs uv into ~/.local/bin from PyPI (issue 51: pip refused it, PEP 668)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    uv = home / ".local" / "bin" / "uv"
+    env = {"HOME": str(home), "PATH": BARE_PATH}
+    if any(Path(d, "uv").exists() for d in BARE_PATH.split(":")):
+        pytest.skip("a uv on the bare PATH here would be used instead of installed")
+    r = subprocess.run(["make", str(uv)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "installing it from PyPI" in r.stdout
+    v = subprocess.run([str(uv), "--version"], capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0 and v.stdout.startswith("uv "), v
+
+
 def test_the_cli_block(tmp_path: Path) -> None:
     r = _run(block_with("uv run agg-optimizer example"), cwd=tmp_path, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
