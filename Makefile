@@ -96,7 +96,7 @@ bench-lanes: sync
 	$(RUN) python p4/host-agent/benchmarks/lanes_bmv2.py --out docs/benchmarks
 
 $(HEY):
-	GOBIN=$(dir $(HEY)) GOFLAGS=-mod=mod GOWORK=off go install github.com/rakyll/hey@v0.1.4
+	GOBIN=$(dir $(HEY)) GOFLAGS=-mod=mod GOWORK=off $(GO) install github.com/rakyll/hey@v0.1.4
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache
@@ -109,7 +109,7 @@ export INNET_AGG_INFLUXD := $(INFLUXD_CACHE)/bin/influxd
 influxdb:
 	@echo "make influxdb: InfluxDB 1.8.10 for the telemetry tests and the demo, built once from" \
 	  "the Go module proxy into $(INFLUXD_CACHE) (3-5 minutes the first time)"
-	int-collector/scripts/build-influxd.sh "$(INFLUXD_CACHE)" >/dev/null
+	GO="$(GO)" int-collector/scripts/build-influxd.sh "$(INFLUXD_CACHE)" >/dev/null
 
 # Decode and end-to-end (UDP loopback) throughput of the collector (see docs/benchmarks/collector.md).
 bench-collector: sync influxdb

@@ -11,7 +11,10 @@ if [ -x "$bin" ] && "$bin" version 2>/dev/null | grep -q "v$version"; then
   echo "$bin"
   exit 0
 fi
-command -v go >/dev/null || { echo "build-influxd: Go is needed to build InfluxDB $version (https://go.dev/dl/)" >&2; exit 1; }
+# GO: the go to use (the Makefile passes its own); else PATH's, else the official tarball's
+# /usr/local/go, which a new user's PATH may not have.
+go="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+[ -x "$(command -v "$go" || true)" ] || { echo "build-influxd: Go is needed to build InfluxDB $version (https://go.dev/dl/); not at $go" >&2; exit 1; }
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/build.XXXXXX")"
 echo "build-influxd: building influxd $version from the Go module proxy into $cache (3-5 minutes, once)" >&2
@@ -21,7 +24,7 @@ ticker=$!
 trap 'kill $ticker 2>/dev/null; rm -rf "$tmp"' EXIT
 # GOFLAGS=-mod=mod: a go.work or vendor directory around the caller must not interfere.
 GOBIN="$tmp" GOFLAGS=-mod=mod GOWORK=off \
-  go install -ldflags "-X main.version=$version -X main.branch=$version -X main.commit=module-proxy" \
+  "$go" install -ldflags "-X main.version=$version -X main.branch=$version -X main.commit=module-proxy" \
   "github.com/influxdata/influxdb/cmd/influxd@v$version" >&2
 mkdir -p "$cache/bin"
 mv "$tmp/influxd" "$bin"
