@@ -19,7 +19,8 @@ mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/build.XXXXXX")"
 echo "build-influxd: building influxd $version from the Go module proxy into $cache (3-5 minutes, once)" >&2
 # Go compiles silently for minutes: say that it still runs.
-( while sleep 30; do echo "build-influxd: still building ($SECONDS s)" >&2; done ) &
+# (sleep holds no output: a caller reading it is not kept waiting after the build)
+( while sleep 30 >/dev/null 2>&1; do echo "build-influxd: still building ($SECONDS s)" >&2; done ) &
 ticker=$!
 trap 'kill $ticker 2>/dev/null; rm -rf "$tmp"' EXIT
 # GOFLAGS=-mod=mod: a go.work or vendor directory around the caller must not interfere.
