@@ -7,9 +7,7 @@ import logging
 import threading
 from typing import Any
 
-from agg_optimizer.model.documents import (
-    JobPlacement,
-)
+from agg_optimizer.model.documents import JobPlacement
 from agg_optimizer.service.applier import Applier, Partial
 from agg_optimizer.service.decisions import Decisions
 from agg_optimizer.service.dryrun import DryRuns

@@ -7,10 +7,7 @@ import json
 from typing import Any
 
 from fastapi.responses import JSONResponse
-from pydantic import (
-    BaseModel,
-    Field,
-)
+from pydantic import BaseModel, Field
 
 
 def _encodable(value: Any) -> Any:
