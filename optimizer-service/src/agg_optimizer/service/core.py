@@ -1,4 +1,7 @@
-"""What the API does: jobs, placements applied as ONOS intents, reconcile, control loop."""
+"""The service the routes call: it applies placements (desired state recorded, then the
+fabric converged to it) and reconciles ONOS with the store, and hands every other concern
+to a part of its own (views, readiness, jobs, planner, dry runs, decisions, the control
+loop, the scheduler, replicas; docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -37,13 +40,13 @@ from agg_optimizer.service.readiness import Readiness
 from agg_optimizer.service.scheduler import Scheduler, ScheduleState
 from agg_optimizer.service.settings import Settings
 from agg_optimizer.service.store import HOLDING, Store
+from agg_optimizer.service.telemetry import TelemetryReader
 from agg_optimizer.service.views import View, Views
 
 __all__ = [
     "HOLDING", "BadField", "Conflict", "NotFound", "ScheduleState", "Service", "TooLarge",
     "Unavailable", "View",
 ]  # fmt: skip
-from agg_optimizer.service.telemetry import TelemetryReader
 
 log = logging.getLogger(__name__)
 
