@@ -47,70 +47,31 @@ def device(onos_real: onosd.OnosServer, tmp_path_factory) -> Iterator[dict[str, 
     why = bmv2.grpc_skip_reason()
     if why:
         pytest.skip(why)
-    binary = bmv2.tool("simple_switch_grpc")
-    assert binary
-    for i in (1, 2):
-        bmv2.veth_link(f"iat1s{i}", f"iat1h{i}")
-    grpc_port, thrift_port = bmv2.free_port(), bmv2.free_port()
-    log = tmp_path_factory.mktemp("bmv2") / "switch.log"
-    proc = subprocess.Popen(
-        [
-            binary,
-            *("--no-p4", "--device-id", "1", "--thrift-port", str(thrift_port)),
-            *("-i", "1@iat1s1", "-i", "2@iat1s2", "--log-file", str(log.with_suffix(""))),
-            "--",
-            *("--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--cpu-port", "255"),
-            # bmv2 drops a packet whose class (v1model priority) has no queue.
-            *("--priority-queues", str(p4names.TC_CLASSES)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    ports = {i: bmv2.RawPort(f"iat1h{i}") for i in (1, 2)}
+    log = tmp_path_factory.mktemp("bmv2") / "switch"
     onos_real.fast_readback()
-    try:
-        onosd.wait_for(
-            lambda: bmv2.listening(grpc_port) or proc.poll() is not None, 20, "gRPC server"
-        )
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        cfg = {
-            "devices": {
-                DEVICE: {
-                    "basic": {
-                        "managementAddress": f"grpc://127.0.0.1:{grpc_port}?device_id=1",
-                        "driver": "bmv2",
-                        "pipeconf": PIPECONF,
-                    }
-                }
-            }
-        }
-        r = onos_real.request("POST", "/network/configuration", json=cfg)
-        assert r.status_code == 200, r.text
-        onosd.wait_for(
-            lambda: onos_real.request("GET", f"/devices/{DEVICE}").json().get("available"),
-            90,
-            "the bmv2 device available in ONOS",
-        )
-        yield {
-            "onos": onos_real,
-            "ports": ports,
-            "proc": proc,
-            "netcfg": cfg,
-            "thrift_port": thrift_port,
-        }
-    finally:
-        for intent in onos_real.request("GET", "/onos/int/intIntent").json().get("IntIntents", []):
-            onos_real.request("DELETE", f"/onos/int/intIntent/{intent['id']}")
-        onos_real.request("DELETE", f"/network/configuration/apps/{INT_APP}")
-        for p in ports.values():
-            p.close()
+    with bmv2.GrpcSwitch("iat1", log) as sw:
         try:
-            onos_real.remove_devices([DEVICE])  # before bmv2 stops: it is mastered meanwhile
+            cfg = sw.netcfg(DEVICE, PIPECONF)
+            r = onos_real.request("POST", "/network/configuration", json=cfg)
+            assert r.status_code == 200, r.text
+            onosd.wait_for(
+                lambda: onos_real.request("GET", f"/devices/{DEVICE}").json().get("available"),
+                90,
+                "the bmv2 device available in ONOS",
+            )
+            yield {
+                "onos": onos_real,
+                "ports": sw.ports,
+                "proc": sw.proc,
+                "netcfg": cfg,
+                "thrift_port": sw.thrift_port,
+            }
         finally:
-            proc.terminate()
-            proc.wait(10)
-        for i in (1, 2):
-            subprocess.run(["ip", "link", "del", f"iat1s{i}"], capture_output=True)
+            intents = onos_real.request("GET", "/onos/int/intIntent").json()
+            for intent in intents.get("IntIntents", []):
+                onos_real.request("DELETE", f"/onos/int/intIntent/{intent['id']}")
+            onos_real.request("DELETE", f"/network/configuration/apps/{INT_APP}")
+            onos_real.remove_devices([DEVICE])  # before bmv2 stops: it is mastered meanwhile
 
 
 def flows(onos: onosd.OnosServer, table_suffix: str = "") -> list[dict]:

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from agg_optimizer.service import onosd
-from int_collector import children
 
 from . import cluster
 from .test_app import ONOS_APP, RESOURCE, fabric_ids, fixture
@@ -253,7 +252,6 @@ def bmv2_device(onos_cluster: cluster.OnosCluster, tmp_path_factory) -> Iterator
     """One simple_switch_grpc running nothing until ONOS pushes our pipeline, attached to
     the cluster through node 1's network configuration; its two hosts learned."""
     import os
-    import subprocess
 
     if os.environ.get(BMV2_OPT_IN) != "1":
         pytest.skip(
@@ -261,7 +259,6 @@ def bmv2_device(onos_cluster: cluster.OnosCluster, tmp_path_factory) -> Iterator
             "two ONOS nodes in the full suite; passed 3/3 alone. " + BMV2_OPT_IN + "=1 runs it"
         )
 
-    from agg_agent import p4names
     from p4 import bmv2
 
     from .test_bmv2_device import HOST_MAC, arp_request
@@ -269,54 +266,30 @@ def bmv2_device(onos_cluster: cluster.OnosCluster, tmp_path_factory) -> Iterator
     why = bmv2.grpc_skip_reason()
     if why:
         pytest.skip(why)
-    binary = bmv2.tool("simple_switch_grpc")
-    assert binary
-    for i in (1, 2):
-        bmv2.veth_link(f"iac1s{i}", f"iac1h{i}")
-    grpc_port, thrift_port = bmv2.free_port(), bmv2.free_port()
     log = tmp_path_factory.mktemp("bmv2c") / "switch"
-    proc = children.spawn(
-        [binary, "--no-p4", "--device-id", "1", "--thrift-port", str(thrift_port),
-         "-i", "1@iac1s1", "-i", "2@iac1s2", "--log-file", str(log), "--",
-         "--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--cpu-port", "255",
-         "--priority-queues", str(p4names.TC_CLASSES)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    ports = {i: bmv2.RawPort(f"iac1h{i}") for i in (1, 2)}
     n1 = onos_cluster.nodes[0]
-    try:
-        onosd.wait_for(lambda: bmv2.listening(grpc_port) or proc.poll() is not None, 60,
-                       "gRPC server")  # fmt: skip
-        assert proc.poll() is None
-        cfg = {"devices": {BMV2: {"basic": {
-            "managementAddress": f"grpc://127.0.0.1:{grpc_port}?device_id=1",
-            "driver": "bmv2", "pipeconf": "org.innetagg.bmv2"}}}}  # fmt: skip
-        assert n1.request("POST", "/network/configuration", json=cfg).status_code == 200
-        for n in onos_cluster.nodes:
-            onosd.wait_for(
-                lambda n=n: n.request("GET", f"/devices/{BMV2}").json().get("available"),
-                300, f"the bmv2 device available on {n.node_id}",
-            )  # fmt: skip
-
-        def learned() -> bool:
-            for i in (1, 2):
-                ports[i].send(arp_request(i))
-            macs = {h["mac"].upper() for h in n1.get("/hosts")["hosts"]}
-            return all(m in macs for m in HOST_MAC.values())
-
-        onosd.wait_for(learned, 300, "both hosts learned")
-        yield {"thrift_port": thrift_port, "hosts": [f"{HOST_MAC[i]}/None" for i in (1, 2)]}
-    finally:
-        for p in ports.values():
-            p.close()
-        live = next((n for n in onos_cluster.nodes if n.proc is not None), None)
+    with bmv2.GrpcSwitch("iac1", log) as sw:
         try:
-            if live is not None:
-                live.remove_devices([BMV2])
+            cfg = sw.netcfg(BMV2, "org.innetagg.bmv2")
+            assert n1.request("POST", "/network/configuration", json=cfg).status_code == 200
+            for n in onos_cluster.nodes:
+                onosd.wait_for(
+                    lambda n=n: n.request("GET", f"/devices/{BMV2}").json().get("available"),
+                    300, f"the bmv2 device available on {n.node_id}",
+                )  # fmt: skip
+
+            def learned() -> bool:
+                for i in (1, 2):
+                    sw.ports[i].send(arp_request(i))
+                macs = {h["mac"].upper() for h in n1.get("/hosts")["hosts"]}
+                return all(m in macs for m in HOST_MAC.values())
+
+            onosd.wait_for(learned, 300, "both hosts learned")
+            yield {"thrift_port": sw.thrift_port, "hosts": [f"{HOST_MAC[i]}/None" for i in (1, 2)]}
         finally:
-            children.stop(proc, timeout_s=10)
-        for i in (1, 2):
-            subprocess.run(["ip", "link", "del", f"iac1s{i}"], capture_output=True)
+            live = next((n for n in onos_cluster.nodes if n.proc is not None), None)
+            if live is not None:
+                live.remove_devices([BMV2])  # before bmv2 stops
 
 
 BMV2 = "device:bmv2:cluster1"

@@ -92,6 +92,68 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class GrpcSwitch:
+    """One `simple_switch_grpc` running no program until ONOS pushes its pipeline, port i on
+    veth `<prefix>s<i>` with a raw socket on `<prefix>h<i>` (`ports`), for the ONOS tests;
+    `netcfg` is the network configuration that attaches it. Leaving stops the switch and
+    removes its veths, on failure too; whoever attached it removes the device first."""
+
+    def __init__(self, prefix: str, log: Path, ports: int = 2, start_s: float = 60.0) -> None:
+        self.prefix, self.log, self.n, self.start_s = prefix, log, ports, start_s
+        self.grpc_port, self.thrift_port = free_port(), free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[int, RawPort] = {}
+
+    def __enter__(self) -> GrpcSwitch:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> GrpcSwitch:
+        from int_collector import children
+
+        binary = tool("simple_switch_grpc")
+        assert binary, grpc_skip_reason()
+        for i in range(1, self.n + 1):
+            veth_link(f"{self.prefix}s{i}", f"{self.prefix}h{i}")
+        ifaces = [a for i in range(1, self.n + 1) for a in ("-i", f"{i}@{self.prefix}s{i}")]
+        self.proc = children.spawn(
+            [binary, "--no-p4", "--device-id", "1", "--thrift-port", str(self.thrift_port),
+             *ifaces, "--log-file", str(self.log), "--",
+             "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}", "--cpu-port", "255",
+             # bmv2 drops a packet whose class (v1model priority) has no queue
+             "--priority-queues", str(p4names.TC_CLASSES)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.ports = {i: RawPort(f"{self.prefix}h{i}") for i in range(1, self.n + 1)}
+        deadline = time.monotonic() + self.start_s  # a cold start on a loaded 2-core machine
+        while not listening(self.grpc_port):
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"simple_switch_grpc exited {self.proc.returncode}: {err}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"simple_switch_grpc: no gRPC server in {self.start_s} s")
+            time.sleep(0.1)
+        return self
+
+    def netcfg(self, device: str, pipeconf: str) -> dict:
+        return {"devices": {device: {"basic": {
+            "managementAddress": f"grpc://127.0.0.1:{self.grpc_port}?device_id=1",
+            "driver": "bmv2", "pipeconf": pipeconf}}}}  # fmt: skip
+
+    def __exit__(self, *exc: object) -> None:
+        from int_collector import children
+
+        for port in self.ports.values():
+            port.close()
+        if self.proc is not None:
+            children.stop(self.proc, timeout_s=10)
+        for i in range(1, self.n + 1):
+            subprocess.run(["ip", "link", "del", f"{self.prefix}s{i}"], capture_output=True)
+
+
 class Bmv2:
     """One simple_switch whose port i is veth `<prefix>s<i>`; tests use `<prefix>h<i>`."""
 
