@@ -52,8 +52,10 @@ test: lint influxdb onos onos-app-test atomix compose-check
 
 # The inner loop: lint and the tests that start no real part (tests/conftest.py marks the
 # others `real`); `make test` runs everything.
+# The compose checker is not built for it: its tests run where `make test` built it and
+# skip, saying so, where it did not (INNET_AGG_COMPOSECHECK empty: not required here).
 test-fast: lint
-	$(RUN) pytest -m "not real and not slow" -q
+	INNET_AGG_COMPOSECHECK= $(RUN) pytest -m "not real and not slow" -q -n 2
 
 # The closed loop (docs/e2e.md): INT over UDP to the collector, InfluxDB, the service's control
 # loop re-placing jobs as congestion moves, on the simulated fabric; prints what happens and
